@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["printed_beside", "printed_interval", "share_range", "si", "si_beside", "si_interval"]
+__all__ = ["printed_beside", "printed_interval", "share_range", "si", "si_beside", "si_bound", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -81,6 +81,31 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
     if scale == 1 and float(value).is_integer() and abs(value) < 1e4:
         return f"{int(value)}{sep}{unit}".strip()
     return f"{value / scale:.{digits}g}{sep}{p}{unit}".strip()
+
+
+def si_bound(value: float, unit: str = "", side: str = "low") -> str:
+    """A bound's edge, printed as :func:`si` prints it, with as many more significant digits
+    (3 to 8) as it takes for the printed figure not to lie past the edge on the side it
+    bounds: a lower edge (``side="low"``) never prints above its value, an upper one
+    (``"high"``) never below it. So 10.05 ms as a lower edge prints "10.05 ms", not "10.1 ms"
+    above figures of 10.07 and 10.08 ms that it lies below.
+
+    Raises:
+        TypeError, ValueError: as :func:`si`, or for a ``side`` other than "low" and "high".
+    """
+    if side not in ("low", "high"):
+        raise ValueError(f"side must be 'low' or 'high', got {side!r}")
+    value, unit = _number("value", value), _unit(unit)
+    if value == 0 or not math.isfinite(value):
+        return si(value, unit)
+    scale, _, thousands = _scale(abs(value), unit)
+    if thousands or (scale == 1 and float(value).is_integer() and abs(value) < 1e4):
+        return si(value, unit)  # printed in full: no rounding to cross the edge
+    for digits in range(3, 9):
+        shown = float(f"{value / scale:.{digits}g}")
+        if (shown <= value / scale) if side == "low" else (shown >= value / scale):
+            break
+    return si(value, unit, digits)
 
 
 def si_interval(value: float, low: float, high: float, unit: str = "",

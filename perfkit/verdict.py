@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 
 from perfkit.advice import CLAIM_STATUSES, Claim, ClaimVerdict, assess
 from perfkit.stats import Estimate
-from perfkit.units import si
+from perfkit.units import si, si_bound
 from perfkit.verdict_text import Reading, busy, machine_state, machine_text, reading
 
 __all__ = ["CLAIM_STATUSES", "KINDS", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
@@ -190,9 +190,10 @@ class Prediction:
                 return f"exactly {si(self.value, u)}"
             return f"{si(self.value, u)} ± {self.rel_tol:.0%}"
         if self.low is not None and self.high is not None:
-            text = f"between {si(self.low, u)} and {si(self.high, u)}"
+            text = f"between {si_bound(self.low, u, 'low')} and {si_bound(self.high, u, 'high')}"
         else:
-            text = f"at most {si(self.high, u)}" if self.low is None else f"at least {si(self.low, u)}"
+            text = (f"at most {si_bound(self.high, u, 'high')}" if self.low is None else
+                    f"at least {si_bound(self.low, u, 'low')}")
         if set(self.soft) == {"low", "high"} or (self.soft and (self.low is None or self.high is None)):
             return text + " (a model's expected range, not a bound)"
         if self.soft:

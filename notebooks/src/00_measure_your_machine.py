@@ -59,7 +59,8 @@ COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (a
 print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
 if (imitated := os.environ.get("PERFKIT_IMITATE")) in IMITATIONS and DEVICE.type == "cpu":
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())  # the library fp32 matmuls go to, if any
-    print(f"PERFKIT_IMITATE={imitated}: this process caps oneDNN's and ATen's own kernels ("
+    print(f"PERFKIT_IMITATE={imitated}: this process caps oneDNN's (Intel's CPU kernel library, which PyTorch "
+          "calls for bf16 matmuls and convolutions) and ATen's (PyTorch's own operators) kernels ("
           + ", ".join(f"{k}={v}" for k, v in IMITATIONS[imitated].items())
           + "): bf16 matmuls take the emulated path, and copies run ATen's capped kernels. "
           + (f"fp32 matmuls go to the BLAS library this PyTorch was built with ({blas.group(1)}), which reads "
@@ -159,8 +160,10 @@ plt.show()
 # that covers the median with at least 90 % probability, printed with its exact coverage rounded down to
 # a whole percent (93 % at 5 samples, 98 % at 7, 90 % at 30). A **range** is the spread of single repeats (p10 to
 # p90, or as its label says), printed as "range" or "spread": it claims no confidence, and a
-# verdict judged on one says only where the repeats fell. Beside this interval, the sweep's own
-# ratio of the two sizes on one thread, and what it saw of the smallest size on every core.
+# verdict judged on one says only where the repeats fell. An interval covers the median of this
+# session's repeats, under this moment's load: not the machine across sessions, so a figure timed
+# minutes earlier (the sweep's) can lie outside it without contradicting it. Beside this interval,
+# the sweep's own ratio of the two sizes on one thread, and what it saw of the smallest size on every core.
 
 # %%
 print(vm.bf16_sentence(limits))
@@ -406,11 +409,19 @@ copy_rate, copy_src = ceilings.dram_copy(limits)  # the fastest copy of these bu
 add_vs_copy = stats.median_interval(add.times_s).inverse().scaled(3 * add_bytes / copy_rate)
 print(f"context: x + y reached {share_of_roof['x + y'].value:.0%} of the DRAM roof, set by {limits.sources['dram']}")
 apart = sweep_copy.best_bytes_per_s / run_copy  # the sweep's fastest tenth over this run's median copy
+filed = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # the limits file, this run merged in
+file_copy = max((p.best_bytes_per_s for p in filed.copy_points
+                 if (p.op, p.nbytes, p.threads) == ("copy", add_bytes, threads)),
+                default=copy_rate)  # B/s counted: the fastest such copy any run on this machine measured
+beside = ("" if file_copy <= copy_rate else
+          f" The limits file holds a faster copy of the same buffers {on(threads)} from an earlier run, "
+          f"{si(file_copy, 'B/s')}: "
+          f"against it x + y's median is {add_vs_copy.value * copy_rate / file_copy:.2f}x.")
 viz.verdict(Prediction("x + y's counted bytes/s over the fastest copy's of that size",
                        "both stream the same buffers from DRAM", low=0.5, unit="x", physical=(0, None)),
             add_vs_copy, explain={
-    "held": f"x + y's median reached {add_vs_copy.value:.2f}x the fastest copy of {si(add_bytes, 'B')} buffers measured, "
-            f"{si(copy_rate, 'B/s')} ({copy_src}; the interval is x + y's repeats'). The sweep's fastest tenth of its "
+    "held": f"x + y's median reached {add_vs_copy.value:.2f}x this run's fastest copy of {si(add_bytes, 'B')} buffers, "
+            f"{si(copy_rate, 'B/s')} ({copy_src}; the interval is x + y's repeats').{beside} The sweep's fastest tenth of its "
             f"best round of that copy, {si(sweep_copy.best_bytes_per_s, 'B/s')}, was {apart:.2f}x this run's median "
             f"copy timed beside x + y ({si(run_copy, 'B/s')})"
             + (": the sweep's rounds of it were slowed." if apart < 1 else ".")

@@ -416,15 +416,28 @@ p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
                     "small operators, each paying a fixed cost besides its work", high=NEAR_ROOF, physical=(0, None))
 fixed_s = pm.fixed_fwd.value + pm.fixed_bwd.value  # s: forward's and backward's fixed costs
 fb_s = stats.median(pm.fwd_s) + stats.median(pm.bwd_s)  # s: forward + backward, the same rounds
+roof_s = count.flops / where.attainable  # s: the one roof's time for the whole step
+of_each = each_cache / steps.median_s  # the step's FLOP/s over the per-op roofs' with the cache's bandwidth
+yardstick = (f"the one roof's {viz.si(roof_s, 's')} ("
+             + (f"the {viz.si(count.bytes, 'B')} its eager operators count, each one's reads and writes once, at "
+                f"the limits file's DRAM {viz.si(limits.copy_bytes_per_s, 'B/s')}" if where.roof == "memory" else
+                "its counted FLOPs at the fp32 ceiling")
+             + f") against the step's {steps.median_s * 1e3:.1f} ms median decided it"
+             + ("; that roof is a yardstick, not a bound: the operators each at its own roof, with the cache's "
+                f"bandwidth for those that fit, take {viz.si(each_cache, 's')}, and against them the step sits at "
+                f"{of_each:.0%}" if where.roof == "memory" else ""))
+eta_text = vprof.eta_split_text(fixed_s, fb_s, (eta_f, eta_b), NEAR_ROOF)  # every outcome prints it
 viz.verdict(p_roof, where.of_roof, explain={
     "held": f"{count.ops} operators per step, {viz.si(count.flops / count.ops, 'FLOP')} each on average; "
-            + vprof.eta_split_text(fixed_s, fb_s, (eta_f, eta_b), NEAR_ROOF),
-    "above": f"The step reached at least {NEAR_ROOF:.0%} of its {where.roof} roof" + (
-        "; above it, so the cache served part of the bytes that roof counts at DRAM's bandwidth."
-        if where.of_roof.value > 1 else ".")})
-placed = {"neither": f"under {NEAR_ROOF:.0%} of its {where.roof} roof", "undecided": "not placed by that run",
-          "compute": "compute-bound (near its compute roof)",
-          "memory": "near its memory roof (every counted byte at DRAM's bandwidth)"}[where.bound]
+            f"{yardstick}. Where forward and backward's time went: {eta_text}.",
+    "above": f"{yardstick[0].upper()}{yardstick[1:]}. Where forward and backward's time went: {eta_text}.",
+    "inconclusive": f"{yardstick[0].upper()}{yardstick[1:]}. Where forward and backward's time went: {eta_text}."})
+if where.roof == "memory":  # the one memory roof is a yardstick: the step is placed against it, not on it
+    placed = (f"at {where.of_roof.value:.0%} of the all-DRAM yardstick (every counted byte at DRAM's bandwidth; "
+              f"not a bound: the per-op roofs with the cache's bandwidth put it at {of_each:.0%})")
+else:
+    placed = {"neither": f"under {NEAR_ROOF:.0%} of its compute roof", "undecided": "not placed by that run",
+              "compute": "compute-bound (near its compute roof)"}[where.bound]
 
 # %% [markdown]
 # Which roof is the lower one follows from the intensity: left of the ridge point DRAM's, right
@@ -476,8 +489,9 @@ viz.verdict(p_top, mm_rank, explain={
              f"matmul ({mm_share:.0%} together): the roofline of section 2 found the step far from its FLOPs."})
 
 # %% [markdown]
-# Rows named `Optimizer.step#...` or `enumerate(DataLoader)...`, when the table shows them, are
-# ranges PyTorch itself marks, not operators.
+# The table and its shares leave out the ranges PyTorch itself marks (`Optimizer.step#...`,
+# `enumerate(DataLoader)...`, `ProfilerStep#N`) and the `phase:` markers: they are not operators,
+# and their self time is the Python between the operators they hold. The trace shows them.
 #
 # ### Opening the trace
 #
@@ -556,13 +570,14 @@ display(Markdown(
        "loader's share lies between 5 % and 10 %, which none does here; 10 % is kept for the case where one "
        "does, a short step whose loader is healthy. " if len(over) == len(over5) else
        f"The wider margin leaves {len(over5) - len(over)} of them unflagged here: the case for 10 %. ")
-    + (f"10 % still flags {', '.join(over)}, rightly as a cost (without it the step would run "
-       f"{1 / (1 - max(data_shares[k] for k in over)):.2f}x faster were the rest unchanged, by Amdahl), but a "
-       "share says what a loader costs the step, not whether it is slow for its work: read a data finding with "
-       "its milliseconds. " if over
+    + (f"10 % still flags {', '.join(over)}: a healthy loader there, but a cost to the step all the same "
+       f"(without it the step would run {1 / (1 - max(data_shares[k] for k in over)):.2f}x faster were the rest "
+       "unchanged: 1 / (1 - share), Amdahl's law, used again below); a share says what a loader costs the step, not "
+       "whether it is slow for its work: read a data finding with its milliseconds. " if over
        else "None crosses 10 %, so a data finding at 10 % means the loader costs more than these healthy ones. ")
     + "On a GPU with long steps, use `Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: "
-    "the ring's bytes per rank stay flat as ranks are added, but its start-ups grow with them, and a job "
+    "the ring's bytes per rank, 2(n-1)/n of the buffer, grow with the ranks but never past twice it, while "
+    "its start-ups grow with every rank added, and a job "
     "that crosses from NVLink to the network gets a slower link."))
 
 # %% [markdown]
@@ -638,9 +653,10 @@ amdahl = t_slow / (t_slow - d_slow)  # x: the slow step with its data phase remo
 rest_ms = (t_slow - d_slow) * 1e3  # ms: the slow step outside its data phase
 p_fix = Prediction("speedup of the fixed pipeline", "slow step - slow data + healthy data, the rest unchanged (Amdahl)",
                    value=t_slow / (t_slow - d_slow + fixed["data"].p50_s), rel_tol=0.15, unit="x")
-beat_ms = rest_ms - fix.candidate.median_s * 1e3  # ms: how far the fixed step came in under it
+printed = lambda a, b: round(round(a, 1) - round(b, 1), 1)  # noqa: E731 - ms: the difference of the printed figures
+beat_ms = printed(rest_ms, fix.candidate.median_s * 1e3)  # ms: how far the fixed step came in under it
 work = {k: sum(a[p].p50_s for p in ("forward", "backward", "optimizer")) * 1e3 for k, a in phases.items()}  # ms
-gain_ms = work["slow"] - work["fixed"]  # ms: the model's own phases, slow pipeline over fixed
+gain_ms = printed(work["slow"], work["fixed"])  # ms: the model's own phases, slow pipeline over fixed
 above = (f"The fixed step's median, {fix.candidate.median_s * 1e3:.1f} ms, came in {beat_ms:.1f} ms under the slow "
          f"step's {rest_ms:.1f} ms outside its data phase; forward, backward and optimizer took {work['slow']:.1f} ms "
          f"in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians)"
@@ -1028,7 +1044,7 @@ viz.show_headlines({
     "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome}; against Amdahl's "
                              f"figure {amdahl:.2f}x, {vprof.against_bound(speedup, amdahl).split(':')[0]})",
     "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), {placed}" + (
-        f" (and of the lower roof for any DRAM figure above {viz.si(floor, 'B/s')})" if (floor := vprof.neither_floor(
+        f" (under {NEAR_ROOF:.0%} of the lower roof for any DRAM figure above {viz.si(floor, 'B/s')})" if (floor := vprof.neither_floor(
             where, limits.peak_flops("float32"), NEAR_ROOF)) else " (by the limits file's roofs)"),
     "trace vs monitor": f"{worst_pp:.2f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",

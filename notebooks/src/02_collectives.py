@@ -19,8 +19,10 @@
 # Every distributed measurement runs in real worker processes started by `torchrun`
 # (`perfkit.dist.launch`), with the `gloo` backend on a CPU (NCCL on a GPU). On one machine,
 # gloo's "network" is the loopback TCP stack: every byte goes through the kernel's socket
-# buffers, so the ceiling to compare with is the machine's memory bandwidth: the limits file's,
-# the highest of notebook 00's runs (the next cell prints it).
+# buffers, so the ceiling to compare with is the machine's memory bandwidth, read as a copy: the
+# fastest copy of DRAM-sized buffers the limits file holds (notebook 00's "DRAM-sized copy" line,
+# the highest of its runs; the next cell prints it). Not the file's DRAM ceiling, which credits an
+# add's `x + y` beyond a copy's rate: the sockets copy, so copies are held against copies.
 
 # %% tags=["parameters"]
 import os
@@ -116,15 +118,17 @@ for n in (2, 3, 4, 8, 64):
 
 # %% [markdown]
 # An all-reduce is a reduce-scatter followed by an all-gather, hence twice the traffic. As `n`
-# grows the factor tends to 2: the bytes per process stay constant however many processes
-# share the work, the property that makes the ring's *bandwidth* term scale. Its latency term
+# grows the factor tends to 2: each process sends (and receives) `2(n-1)/n · S` bytes, from `S`
+# at `n = 2` to nearly `2S` at `n = 64` (the factors above), never more than `2S` however many
+# processes share the work, the bound that makes the ring's *bandwidth* term scale. Its latency term
 # does not: the ring takes `2(n-1)` steps, each paying a start-up, so small messages get slower
 # with every process added. That is why NCCL also runs tree algorithms (double binary trees,
 # `log n` steps, since NCCL 2.4) and picks per size and scale.
 #
 # ## 2. How long does a collective take? The alpha-beta model
 #
-# **Prediction.** The simplest model (Hockney's) charges every message a fixed start-up time
+# **Prediction.** The simplest model (Hockney's, after the 1994 model of message passing on
+# parallel computers) charges every message a fixed start-up time
 # `alpha` (system calls, waking the peer, synchronisation) plus its size over a bandwidth:
 # `t(S) = alpha + S / bandwidth`. The model charges a small message about `alpha` whatever its
 # size (latency-bound; the line after the fits checks that against the measured small sizes and says
@@ -221,7 +225,8 @@ viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha
 # times gloo's all-reduce in batches of up to 16 alternating with the ring's, and the two need not agree
 # (its verdict prints both). The fit works
 # on the logarithms of the times, so small and large messages count alike and a model twice too
-# slow costs what one twice too fast does; beyond 25 % off, a point counts linearly (Huber's loss),
+# slow costs what one twice too fast does; beyond 25 % off, a point counts linearly (Huber's loss:
+# squared for small misses, linear past a threshold),
 # so one message that ran far from the others does not pull the line off them all.
 #
 # ## 3. Ring all-reduce from send and receive
@@ -265,8 +270,12 @@ print("every rank holds the sum:", all(torch.equal(b, want) for b in out))
 # `send` on every rank at once could deadlock once messages outgrow the socket buffers).
 # The 2-process job above checked it against `dist.all_reduce` on sizes divisible by neither 2
 # nor 3, with integer-valued data (every summation order is exact, so the results must be
-# equal) and random data (equal up to rounding), and timed both in alternation (ring, gloo,
-# ring, gloo, ...: `RING_REPEAT` pairs), so a change of load hits both alike.
+# equal) and random data, and timed both in alternation (ring, gloo, ring, gloo, ...:
+# `RING_REPEAT` pairs), so a change of load hits both alike. On 2 processes each element's sum
+# is one addition `a + b`, correctly rounded and commutative, so any correct all-reduce gives
+# the same bits: the float error below is 0 by that identity, and the integer check is the
+# test. From 3 processes on the order of the additions matters; the 3-process run below holds
+# its float error against the most two summation orders can differ by rounding.
 
 # %%
 ring2 = res2["collectives"]["ring"]
@@ -372,7 +381,12 @@ CFG3 = {"collectives": {"sweep": {"ops": ["all_reduce"], "sizes": SIZES, "repeat
                         "ring": {"sizes": RING_SIZES}}}
 res3 = dist.launch("perfkit.jobs.suite", 3, ["--config", json.dumps(CFG3)], timeout_s=900)[0]
 points3 = [comm.CollectivePoint(**p) for p in res3["collectives"]["sweep"]]
-print(f"ring on 3 processes exact on every size: {all(r['int_exact'] for r in res3['collectives']['ring'])}")
+ring3 = res3["collectives"]["ring"]
+print(f"ring on 3 processes exact on every size: {all(r['int_exact'] for r in ring3)}; float error against the "
+      "most two summation orders can differ by (fp32 rounding, Higham's bound): "
+      + ", ".join(f"numel {r['numel']:,}: {r['float_max_abs_err']:.1e} of {r['float_bound']:.1e}" for r in ring3)
+      + (": every size within it" if all(r["float_max_abs_err"] <= r["float_bound"] for r in ring3) else
+         ": past it at " + ", ".join(f"{r['numel']:,}" for r in ring3 if r["float_max_abs_err"] > r["float_bound"])))
 rc = comm.ring_check(points3, fits["all_reduce"])
 for size, m, r, p in zip(rc.nbytes, rc.model_s, rc.ratios, sorted(points3, key=lambda p: p.nbytes), strict=True):
     print(f"3 processes, {si(size, 'B'):>8}: measured {si(p.time_s, 's'):>9}, ring model {si(m, 's'):>9} "
@@ -678,8 +692,10 @@ print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].
          "this run's caps neither confirm nor reject it (section 5). ")
       + "NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
       "bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's all-reduce can hide only "
-      "behind backward (sharded data parallelism can also prefetch the next layer's all-gather during forward: "
-      "DeepSpeed ZeRO-3 prefetches, FSDP2 overlaps it implicitly by default, FSDP1 only with forward_prefetch=True)"
+      "behind backward (sharded data parallelism can also overlap the next layer's all-gather with forward: "
+      "DeepSpeed ZeRO-3 prefetches, and FSDP1 and FSDP2 always issue the all-gathers on a separate CUDA stream, "
+      "so layer i+1's overlaps layer i's compute; FSDP1's forward_prefetch=True only changes the CPU's issue "
+      "order, which helps a CPU-bound step: PyTorch's FSDP notes, 'FSDP Prefetch Nuances')"
       + (f"; here the paired rounds put the overlapped step's saving at {hidden.scaled(100).text('%')} of the "
          f"bucketed step's communication, {overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
          + (f" (the two steps' medians give {shown:.2f}: the rounds scatter more than the overlap changes)."

@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from perfkit import ceilings, comm, dist, hw, stats, viz
-from perfkit.compress import ErrorFeedback, Sign, TopK, gaussian_error, simulate_dp_training
+from perfkit.compress import FUSED_MIN_NUMEL, ErrorFeedback, Sign, TopK, gaussian_error, simulate_dp_training
 from perfkit.compress import experiments as cx
 from perfkit.compress import narrate as nx
 from perfkit.jobs.compression import METHODS, POWERSGD_START, powersgd_wire_ratio
@@ -399,7 +399,7 @@ for name, m in ms.items():
     print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(4 * ENC_NUMEL / m.median_s, 'B/s'):>10} of fp32 input"
           + ("" if name == "memcpy" else f", {vs_copy:5.2f}x memcpy's time") + ("" if b is None or name == "memcpy" else
           f" (its {b:g} B/value at the copy's 8 B/value: {b / 8:.2f}x" + (
-              ")" if vs_copy >= b / 8 else "; less than that, by the medians (no interval))")))
+              ")" if f"{vs_copy:.2f}" >= f"{b / 8:.2f}" else "; less than that, by the medians (no interval))")))
 copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
 obs = ceilings.observe(limits, "dram", copy_rw, "this memcpy", save=False)
 fit = ceilings.cached_copy_bytes(limits)  # bytes: the largest copy buffer the sweep saw served by a cache
@@ -504,7 +504,7 @@ pays = stats.of_medians(lambda d, q, c: (d - q - c) * 1e3, [iso["dense"], iso["q
                         [True, False, False], what="collective time saved less encode + 2 decodes")  # ms
 model = (f" The bytes-only model (the all-gather at the all-reduce's rate per byte) puts the saving at {si(eq := t_d * (1 - gathered['qsgd fused'] / 8 / ENC_NUMEL), 's')}, "
          f"{si(abs(eq - cost_q), 's')} {'more' if eq > cost_q else 'less'} than the codec: at this run's timings it predicts "
-         + ("QSGD paying" if eq > cost_q else "the miss") + (f" ({abs(eq - cost_q) / abs(t_sweep - t_d):.2g}x the gap between this run's two timings of the dense all-reduce, below: near the edge)" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + ".")
+         + ("QSGD paying" if eq > cost_q else "the miss") + (f" ({abs(eq - cost_q) / abs(t_sweep - t_d):.2g}x the gap between this run's two definitions of the dense all-reduce's time, below: near the edge)" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + ".")
 pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' all-gather time, less encode + "
                                 "2 decodes (gloo, 2 processes)", "loopback TCP moves bytes slower than encoding "
                                 "touches them", low=0.0, unit=" ms", soft=("low",)), pays, explain={
@@ -742,7 +742,24 @@ print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum
       f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "
       + nx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
       f"(section 4): {cast_text}.")
-print(f"Kernels: QSGD's fused loop ran {fusion['qsgd'].value:.2f}x the eager path's speed (bytes model: {predicted['qsgd fused'] / predicted['qsgd eager']:.2f}x), sign's "
+cnn_share = sizes["cnn dense"] * per_byte / t_none  # share of none's median step the gradient's bytes take
+slower = [m for m, e in others.items() if e.low > 1]
+if slower:
+    added = [others[m].value - 1 for m in slower]  # share of none's median step each slower method added
+    print(f"Step time: {len(slower)} of the {len(others)} methods other than the casts slowed the step on this "
+          f"machine (the whole paired interval above 1x){'' if len(slower) == len(others) else '; the others did not show it'}. "
+          f"The SmallCNN gradient is {si(sizes['cnn dense'], 'B')}: its bytes at loopback's rate take {cnn_share:.1%} of "
+          f"a step, the most any compressor could save, while these methods added {min(added):.0%} to {max(added):.0%} "
+          "of a step (medians of the paired ratios)" + (": at this size the calls, codecs and waits a hook adds (not "
+          "timed apart here) cost more than the bytes it removes." if min(added) > cnn_share else "."))
+print(f"Kernels (section 4) ran on one tensor of {ENC_NUMEL:,} values ({si(4 * ENC_NUMEL, 'B')}), "
+      f"{ENC_NUMEL / n_cnn:,.0f}x section 3's gradient of {n_cnn:,}"
+      + (f"; the fused path starts at {FUSED_MIN_NUMEL:,} values, so section 3's gradient takes the eager path"
+         if ENC_NUMEL >= FUSED_MIN_NUMEL > n_cnn else "")
+      + (f", and it fits in a buffer notebook 00 copied at cache speed ({si(fit, 'B')}), where section 4's tensor "
+         "does not" if fit and 4 * n_cnn <= fit < 4 * ENC_NUMEL else "") + ": their times do not size section 3's "
+      "codec cost. "
+      f"QSGD's fused loop ran {fusion['qsgd'].value:.2f}x the eager path's speed (bytes model: {predicted['qsgd fused'] / predicted['qsgd eager']:.2f}x), sign's "
       f"{fusion['sign'].value:.2f}x ({predicted['sign fused'] / predicted['sign eager']:.2f}x).{cx.fused_default_note(fusion, hw.imitation())} On loopback, the time QSGD's bytes removed less its encode and decodes was "
       f"{pays.text(' ms')}: its interval {'lies above' if pays.low > 0 else 'lies below' if pays.high < 0 else 'reaches across'} 0"
       + nx.timing_noise_note(pays.value / 1e3, pays.value / 1e3 + t_sweep - t_d, abs(t_sweep - t_d), short=True, other="the sweep's timing of the dense call") + ". By the medians (not judged), "

@@ -159,12 +159,14 @@ for s, m in pred.items():
 # DDP's all-reduce (within 1 %), as a ring sends them, which is what NCCL's ring algorithm does. gloo, which runs
 # here, moves more: its reduce-scatter all-reduces, so the two move 1.5 all-reduces' bytes
 # (counted from the calls, with the bytes verdict). And it communicates after the whole backward, where DDP
-# overlaps its all-reduce with it, so its step should take at most DDP + AdamW's plus those
-# bytes at the time per byte of one all-reduce of the gradient (timed alone in the same rounds,
-# its fixed cost included): an expectation, since its extra calls and copies are not in it. Such a
-# model's upper limit on a step-time ratio is what this notebook calls an *edge* (a ratio whose
-# interval lies wholly below it holds, wholly above it misses, across it is inconclusive). (Section 3 judges the same algorithm, overlapped,
-# against a fuller edge and prints how the two edges differ.) PyTorch's `ZeroRedundancyOptimizer` sits behind
+# overlaps its all-reduce with it, so its step should take at most DDP + AdamW's, plus those
+# bytes, none hidden, at the time of one all-reduce of the gradient less a 4-byte one's (each
+# timed alone in the same rounds: the fixed cost goes with the calls), plus each call beyond
+# DDP's at the most PyTorch's ZeRO-1 step leaves a call in flight with others (printed below), less
+# the (N-1)/N of AdamW's update a rank no longer runs: an expectation, since its copies and hooks
+# are not in it. Such a model's upper limit on a step-time ratio is what this notebook calls an
+# *edge* (a ratio whose interval lies wholly below it holds, wholly above it misses, across it is
+# inconclusive). Section 3 judges the same algorithm, overlapped, by the same rule. PyTorch's `ZeroRedundancyOptimizer` sits behind
 # DDP: DDP's all-reduce (2(N-1)/N of the model's bytes), then each shard broadcast from its
 # owner ((N-1)/N): 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %).
 #
@@ -176,7 +178,8 @@ for s, m in pred.items():
 #
 # **Measurement.** The job launched at the top: every variant trains the same batches from
 # the same initial weights, one step of each in turn per round; then each variant is built
-# alone and its peak resident memory measured. A step-time ratio is the median of the rounds'
+# alone and its peak resident memory measured (peak RSS: the most physical memory the process
+# has held, the kernel's VmHWM, as in notebook 04). A step-time ratio is the median of the rounds'
 # ratios, with the narrowest interval between two of the sorted ratios that covers the median at
 # least 90 % of the time (`perfkit.stats.median_ratio`; its exact coverage is printed with it),
 # whatever the ratios' distribution, if the rounds are independent
@@ -191,12 +194,22 @@ for s, m in pred.items():
 cmp_all = job.result()
 pool.shutdown()
 t_link = statistics.median(cmp_all.link["times_s"][0])  # s: one all-reduce of the gradient's bytes, same rounds
-t_ddp = cmp_all.variants["ddp_adamw"].step_s  # s: DDP + AdamW's median step
-on_gloo = vzero.gloo_sent_bytes(cmp_all.variants["perfkit"]) / vzero.sent_bytes(cmp_all.variants["ddp_adamw"])
-p_perfkit = Prediction("perfkit's step time over DDP + AdamW's", f"the bytes it moves on gloo, {on_gloo:.2f}x "
-                       "DDP's all-reduce's (its reduce-scatter all-reduces, then it all-gathers), none hidden behind "
-                       f"backward: DDP's step plus {on_gloo:.2f} all-reduces ({viz.si(on_gloo * t_link, 's')} here)",
-                       high=1 + on_gloo * t_link / t_ddp, unit="x", soft=("high",))  # recorded before the table shows a step time
+t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a lone call's cost
+ddp = cmp_all.variants["ddp_adamw"]
+n_tensors = 12 * MODEL["n_layer"] + 4   # GPT-2's parameter tensors: 12 per block, 2 embeddings, final LayerNorm
+r_tz = stats.median_ratio(cmp_all.variants["torch_zero"].step_times_s, ddp.step_times_s)
+per_call = vzero.call_cost(cmp_all.variants["torch_zero"], ddp, r_tz.value, t_link, t_call, NPROC)  # s, at most
+print(f"torch_zero: {r_tz.point('x')} DDP + AdamW's step time, with "
+      + vzero.broadcast_sentence(cmp_all.variants["torch_zero"], ddp, n_tensors, per_call, t_call))
+on_gloo = vzero.gloo_sent_bytes(cmp_all.variants["perfkit"]) / vzero.sent_bytes(ddp)
+e_plain = vzero.after_backward_edge(  # the rule of section 3's edges, every byte unhidden
+    ddp, on_gloo, max(vzero.gloo_calls_per_step(cmp_all.variants["perfkit"], NPROC) - vzero.calls_per_step(ddp), 0),
+    t_link, t_call, NPROC, per_call, vzero.gloo_calls_note(cmp_all.variants["perfkit"], NPROC))
+print(f"perfkit: {e_plain.text()}")
+p_perfkit = Prediction("perfkit's step time over DDP + AdamW's", f"DDP's step, plus the bytes it moves on gloo, "
+                       f"{on_gloo:.2f} all-reduces' (its reduce-scatter all-reduces, then it all-gathers), none hidden "
+                       f"behind backward, plus {e_plain.calls} calls beyond DDP's, less {NPROC - 1}/{NPROC} of "
+                       "AdamW's update", high=e_plain.edge, unit="x", soft=("high",))  # recorded before any step time of perfkit
 cmp = dataclasses.replace(cmp_all, variants={n: cmp_all.variants[n] for n in ZERO1})  # section 2's
 display(Markdown(vzero.optimizer_table(cmp)))
 print(f"Ψ = {cmp.numel:,} (predicted {psi:,}); unsharded AdamW state {cmp.total_state_bytes:,} B "
@@ -234,12 +247,10 @@ viz.verdict(Prediction("largest relative loss difference from DDP + AdamW, any v
     "held": "At N = 2 the sum of two gradients is the same in either order and halving it is exact, so every "
             "implementation that averages the right gradients gets the same bits: this catches a wrong gradient "
             "or a wrong slice stepped, not a different reduction order (that needs N >= 3)." if NPROC == 2 else ""})
-digits = f"The edge is {p_perfkit.high:.4f}x, the median of the paired ratios {ratio['perfkit'].value:.4f}x. "
+digits = f"The edge is {p_perfkit.high:.4f}x, the median of the paired ratios {ratio['perfkit'].value:.4f}x."
 viz.verdict(p_perfkit, ratio["perfkit"], explain={
-    "above": digits + f"The edge charges the {on_gloo:.2f} all-reduces' bytes gloo moved at one all-reduce's time per "
-             "byte, the all-gather's too, though notebook 03 timed gloo's all-gather slower per byte at another size. "
-             + vzero.calls_sentence(v["perfkit"], ddp) + own_load(),
-    "held": digits.rstrip()})
+    "above": digits + " " + e_plain.beyond(ratio["perfkit"].value) + own_load(),
+    "held": digits})
 
 # %%
 sent = {n: vzero.sent_bytes(r) for n, r in cmp_all.variants.items()}   # bytes one process sends per step
@@ -252,11 +263,6 @@ viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP'
                        "all-reduce 2(N-1)/N + "
                        "shard broadcasts (N-1)/N = 3(N-1)/N", value=1.5, rel_tol=0.02, unit="x"),
             sent["torch_zero"] / sent["ddp_adamw"])
-n_tensors = 12 * MODEL["n_layer"] + 4   # GPT-2's parameter tensors: 12 per block, 2 embeddings, final LayerNorm
-t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a lone call's cost
-per_call = vzero.call_cost(v["torch_zero"], ddp, t_link, t_call, NPROC)  # s: a call in flight with others, at most
-print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, with "
-      + vzero.broadcast_sentence(v["torch_zero"], ddp, n_tensors, per_call, t_call))
 saving = 8 * cmp.numel * (NPROC - 1) / NPROC  # bytes: the optimizer state stage 1 no longer holds
 rss = {n: r.peak_rss_bytes for n, r in v.items() if r.peak_rss_bytes}
 if rss:
@@ -396,7 +402,8 @@ for n, s in STAGES.items():
 # states; its transient bytes are only the reduce-scatter outputs, a 1/N slice of each bucket,
 # alive until the step. Stage 2 copies each gradient into a full bucket buffer, keeps only its
 # slice (counted among its model states) and frees the buffer once the bucket's reduce-scatter
-# ends: it waits for the oldest once `ZeroOptimizer.IN_FLIGHT` are in flight, so those buffers
+# ends: it waits for the oldest once `ZeroOptimizer.IN_FLIGHT` (its limit on full bucket
+# buffers alive at once) are in flight, so those buffers
 # and the ones still filling are alive at once, all of them transient. Stage 3 holds stage 2's
 # buffers and the gathered parameters of the blocks in use. Their measured peak (bucket
 # buffers and gathered blocks peak at different moments, so their sum is an upper bound),
@@ -481,7 +488,7 @@ print(f"stage 1 overlapped (zero1: buckets reduce-scattered from gradient hooks 
       + (f". Overlap did not pay here: gloo's reduce-scatters ran on the same {os.cpu_count()} cores the backward "
          "computes on (above), and each bucket adds a call and a copy." if ov.clear_of(1.0, "x") == "above" else
          ": the overlap hid what the extra calls cost." if ov.clear_of(1.0, "x") == "below" else
-         ": the interval holds 1, so this run cannot tell them apart.") + edges["zero1"].against_plain(p_perfkit.high, on_gloo))
+         ": the interval holds 1, so this run cannot tell them apart.") + edges["zero1"].against_plain(e_plain))
 
 # %% [markdown]
 # **When each stage pays off.** The saving per process grows with Ψ and with N: stage 1
@@ -492,13 +499,15 @@ print(f"stage 1 overlapped (zero1: buckets reduce-scattered from gradient hooks 
 # all-reduce more per step; on gloo, which ran here, each reduce-scatter moves an all-reduce's
 # bytes, half an all-reduce more again (the bytes verdicts above print both). What they cost in time depends on the machine
 # (section 3's verdicts): stage 3 is for a model that does not fit otherwise, or when the
-# memory it frees buys a larger batch. Measured here, per process:
+# memory it frees buys a larger batch. Here, per process (memory and step time measured, bytes
+# counted from the calls, as a ring sends them and as gloo ran them):
 
 # %%
 for n, s in STAGES.items():
     if s:
         print(f"stage {s}: {1 - sum(ms[n].model_states.values()) / base:.0%} less model-state memory "
-              f"than data parallelism, for {sent[n] / sent['ddp_adamw']:.2f}x its bytes and "
+              f"than data parallelism, for {sent[n] / sent['ddp_adamw']:.2f}x its bytes as a ring sends them "
+              f"({vzero.gloo_sent_bytes(ms[n]) / vzero.gloo_sent_bytes(ms['ddp_adamw']):.2f}x on gloo, this run) and "
               f"{ratio[n].text('x')} its step time")
 fits = [80e9 / zero_model_states(1, 8, s, "mixed_adam").total / 1e9 for s in range(4)]  # billions of parameters
 print("formula, mixed-precision Adam, 8 processes of 80e9 B each (a GPU sold as 80 GB holds about 80 GiB, about 7 % more): model states alone "

@@ -66,9 +66,10 @@ ATTN_T = [128, 256, 512] if QUICK else [128, 256, 512, 1024]
 ATTN_B = 2 if QUICK else 4                     # batch of the attention sweep
 GPT_ATTN_T = [256] if QUICK else [128, 256, 512]
 MATMUL_N = ([960, 1018, *range(1021, 1028), 1030, 1031, 1034, 1038, 1088, 1089] if QUICK
-            else [960, *range(1016, 1040), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
-# both hold 6 or more odd widths and 6 even ones off the vector grid (n % 4 == 2): the fewest
-# for which section 5's parity ratio has an interval of at least 90 % at all (whether it decides is the run's)
+            else [896, 960, *range(1016, 1040), 1088, 1089, 1152, 1216])  # n of (1024, 256) @ (256, n)
+# both hold 6 or more odd widths and 6 even ones off the vector grid (n % 4 == 2), the full size 6
+# multiples of 64 too: the fewest for which section 5's ratios have an interval of at least 90 % at all
+# (whether it decides is the run's)
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
 COMPILE_STEP = not QUICK  # compiling a whole training step costs seconds to minutes on a CPU
@@ -377,7 +378,7 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 with sizing.pinned_threads(THREADS):
     cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
 model_s = fusion.chain_model(chain, cost.extra_s, dram or limits.copy_bytes_per_s)  # s: bytes + new tensors
-print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
+print(cost.describe(xc.numel() * 4, dram or limits.copy_bytes_per_s))  # against the roof the model uses
 print(f"predicted: eager {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors = "
       f"{model_s.eager_s * 1e3:.2f} ms; fused {model_s.fused_s * 1e3:.2f} + {model_s.new_s * 1e3:.2f} ms = "
       f"{model_s.fused_total_s * 1e3:.2f} ms; fusing's speedup {model_s.speedup:.2f}x "
@@ -728,7 +729,9 @@ print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {odd_
       + {"above": "odd widths ran faster than the multiples of 64 here (the interval lies above 1x)",
          "below": "odd widths ran slower than the multiples of 64 here (the interval lies below 1x)"}.get(
              odd_vs_64.clear_of(1.0, "x"), "this sweep resolves no alignment effect ("
-             + ("the interval holds 1x)" if odd_vs_64.has_interval else "no interval)"))
+             + ("the interval holds 1x)" if odd_vs_64.has_interval else
+                f"the sweep's {min(len(n64), len(nodd))} "
+                f"{'multiples of 64' if len(n64) <= len(nodd) else 'odd widths'} are too few for a 90 % interval)"))
       + f". The multiples of 64 are {min(n64)} to {max(n64)} wide and the odd widths {min(nodd)} to {max(nodd)}, "
       "so this ratio also mixes matrix size with alignment.")
 par = s32.parity  # odd widths' median rate over the off-grid even widths'
@@ -875,9 +878,13 @@ plt.show()
 # "Flattens" leaves out two costs that grow faster than the batch, and a model can count both.
 # A step at batch `b` takes `T(b) = F + R(b) / eta + n(b) c` (`compute.measure_batch_curve`). `R(b)`: the
 # step's operators each at its roof, `max(FLOPs / peak, bytes / bandwidth)`, counted at batch `b`.
-# With the cache, an op whose bytes fit half the last-level cache moves them at the cache's
-# bandwidth and the others at DRAM's (notebook 00 measured both), so `R(b)` per token rises when
-# the big ops' activations outgrow the cache; without it, every op at DRAM's. A count cannot tell
+# With the cache, an op whose counted bytes are at most twice the largest copy buffer notebook 00's
+# sweep saw served by the cache (the size notebook 00 printed, not the last-level cache the operating
+# system reports, which a virtual machine's can be its host's) moves them at the cache's bandwidth and
+# the others at DRAM's, each measured by notebook 00 on the threads these steps run on (section 2's
+# roof; all cores' where it measured none there), beside the matmul ceiling of those threads. So
+# `R(b)` per token rises when the big ops' activations pass that size (each batch's line prints how
+# many ops per step do); without the cache, every op at DRAM's. A count cannot tell
 # which one the hardware does (a producer may have evicted an op's input, a prefetcher may hide
 # DRAM), so the model takes both ends. `n(b)`: the minor page faults of each timed step, counted
 # (`getrusage`): glibc hands freed memory back to the operating system once the free space at
@@ -1053,9 +1060,10 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # * **Fused attention** never stores the `T x T` matrices (quadratic memory); its time advantage
 #   grows with `T` (section 4 does not split that growth between their traffic and the page faults of
 #   tensors that large).
-# * **Shapes** matter per matmul: on tensor cores (multiples of 8 in fp16/bf16) and on a CPU's vector
-#   units (section 5 printed what widths off the grid cost one matmul here); whether padding a
-#   dimension pays at the step level is measured too (section 5's vocabulary), not assumed.
+# * **Shapes**: on tensor cores, fp16/bf16 matmuls whose dimensions are multiples of 8 run faster
+#   (NVIDIA's matrix multiplication performance guide); here section 5 measured what widths off
+#   the vector grid cost one matmul and whether padding the vocabulary pays at the step level: the
+#   headline below says what it resolved.
 # * **MFU** puts every number on one scale: model FLOPs per second over the vendor's peak. With
 #   no trusted peak here, section 6 divides by the ceiling measured on the threads the step ran on
 #   (and prints the all-core share beside it): a share of a measured ceiling, not an MFU.
@@ -1079,9 +1087,12 @@ viz.show_headlines({
     + (throughput.model_share(limits, "bfloat16", bf16_top.mfu, CEIL_THREADS, "bf16 step", found).removeprefix("model FLOP/s ") if bf16_top.ceiling == "bfloat16" else
        f"{bf16_top.mfu:.1%} of the float32 ceiling (emulated bf16)"),
     "refined batch model out of sample (section 6)": f"of the {others} batches eta was not fitted on, against "
-    "their printed ranges, judged with their intervals: " + ", ".join(f"{len(v)} {k}" for k, v in placed.items())
-    + ("" if not placed["outside"] else ": it failed out of sample" if len(placed["outside"]) == others
-       else ": it held for some only"),
+    "their printed ranges, judged with their intervals: " + curve.out_of_sample(),
+    "shapes on this machine (section 5)": "; ".join(
+        f"{what}: " + {"above": "faster", "below": "slower"}.get(est.clear_of(1.0, "x"), "no difference resolved")
+        + f", {est.text('x')}" for what, est in (
+            ("odd widths over multiples of 64", odd_vs_64), ("odd over off-grid even widths", par),
+            (f"the step with its vocabulary padded to {VP}", pad.estimate))),
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
         f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x.text('x')}" if sweep_x else "")}

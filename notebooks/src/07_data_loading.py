@@ -193,7 +193,9 @@ print(ex.worker_gain(runs["1 worker"], runs["2 workers"], CORES))
 # ## 2. The knobs of `torch.utils.data.DataLoader`
 #
 # From here on the step is a `COMPUTE_MS` sleep: the host thread blocked while the accelerator
-# works, as at a synchronisation point or during a CUDA-graph replay. A real eager GPU step is not
+# works, as at a synchronisation point (`loss.item()`, `torch.cuda.synchronize()`). A CUDA-graph
+# replay does not block it: `cudaGraphLaunch` only enqueues the graph, and the host runs on until it
+# synchronises. A real eager GPU step is not
 # idle on the host: its Python thread launches every kernel, and a small model can be bound by
 # those launches, so that thread takes a core of its own and the cores left for workers are one
 # fewer than a sleep suggests. The dataset is `SlowDataset`, whose samples cost a known
@@ -710,7 +712,7 @@ if fastest > longer:  # else the bound allows everything (a probe that found no 
     took = f"Of the hideable time it hid {hidden['spin'].value:.3f}, at most {gil_edge:.3f} by the bound. "
     gil_verdict = judge(Prediction(
         "prefetched loop's time per step, GIL-holding load", "gil_least_step at the probe's least slowdown, "
-        f"{probe.slowdown.low:.3g}x, assuming the step runs no faster during a spin than on average beside the "
+        f"{probe.slowdown.low:.3g}x: {fastest:.2f} ms, assuming the step runs no faster during a spin than on average beside the "
         "probe's thread", low=fastest * 1e-3, unit="s", physical=(0, None)), spin_step, explain={
         k: took + v for k, v in ex.gil_explain(t_load, t_compute, t_step * 1e3, t_spin, probe.slowdown,
                                                ms["serial, sleep load"], spin_serial, spin_step.scaled(1e3)).items()})

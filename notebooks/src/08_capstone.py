@@ -18,8 +18,9 @@
 #    on 2 processes under real `torchrun`, with one problem planted from every module; each
 #    fix is one flag (`--fix data,sync,...`), so the diff of a fix is a few lines;
 # 2. **diagnose, fix, measure, repeat**: `perfkit diagnose` (module 01) says where the step
-#    goes; the top finding's fix is applied; its gain is **predicted** from the measured share
-#    (Amdahl's law: removing a share `s` of the step speeds it up at most `1 / (1 - s)`),
+#    goes; of the findings' fixes, the one that can remove the most is applied; its gain is
+#    **predicted** from the measured share (Amdahl's law: removing a share `s` of the step speeds
+#    it up at most `1 / (1 - s)`),
 #    **measured**, and **judged** (a bound that cannot test its fix is shown beside the
 #    measurement as context instead); until every finding with a fix has had it, applied or
 #    tried and dropped (the last diagnosis, after the rounds, lists what it still finds);
@@ -78,7 +79,9 @@ job = CapstoneJob(SCRIPT, WORK, TARGET_LOSS, max_bytes=MAX_BYTES,
 loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before=not QUICK,
                describe=slow_train.FIXES.get)
 print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if CUDA else 'gloo'}; "
-      f"fp32 ceiling of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}, the limits file's highest ({ceilings.ceiling_source(limits, 'float32', loaded=limits)})")
+      f"fp32 ceiling of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}, the limits file's highest over "
+      f"every run on this machine ({ceilings.ceiling_source(limits, 'float32', loaded=limits)}), this run's or an earlier "
+      "run's: the file keeps each ceiling's highest, not when it was measured; notebook 00's last section prints both")
 if hw.imitation():  # the machine's name above ends "(imitating ...)"
     caps = ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
     print(f"imitating {hw.imitation()}: {caps} before torch's first op (perfkit.imitate), so bf16 takes the "
@@ -130,16 +133,18 @@ print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']
 # the sync share holds the reads and the time between two reads with almost no operator in
 # between: with `find_unused_parameters=True`, DDP waits there for each bucket's all-reduce
 # (section 2 says more). Where a collective was in flight, the sync finding splits its share:
-# the reads' own time, and the time that waited for the collective (communication, booked as
-# sync because it falls between two reads). It is still ranked and graded on the whole share, and
-# says what the rest alone would make of it:
+# the reads' own time, and the time that waited for the collective. That wait is communication
+# (the PyTorch profiler and HTA book time blocked on a collective as communication); the
+# diagnosis books it as sync only because it falls between two reads, and still grades the finding
+# on the whole share (it says what the reads alone would make of it). The loop below does not
+# follow that grade: it plays the fix whose bound, the time that fix can remove, is largest.
 
 # %%
 display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidence']}"
                            for i, f in enumerate(report["findings"], 1)) or "no finding"))
 
 # %% [markdown]
-# ## 2. Fix the top finding, measure, repeat
+# ## 2. Fix what can remove the most, measure, repeat
 #
 # Each finding kind has the flags that remove it (`slow_train.FIX_FOR_FINDING`): `data` ->
 # `--fix data`; `sync` -> `--fix sync`, then `--fix ddp`; `communication` -> `--fix ddp`;
@@ -148,9 +153,11 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # `--fix attention`, `--fix batch`, then on CUDA `--fix bf16` and `--fix compile`. The diagnosis marks each finding **high** (its share at least twice its share's threshold),
 # **medium** (past a threshold: one that fires on a count alone, as the sync finding's reads per step
 # can, is medium whatever the count) or **info** (information level: a fact, not a fault, such as forward and
-# backward taking most of the step, or the machine's load). A round (`FixLoop.play`) takes the
-# worst finding above information level whose fix is not applied yet, applies that fix on top of
-# the earlier ones, runs the job again, and judges it.
+# backward taking most of the step, or the machine's load). A round (`FixLoop.play`) takes, among
+# the fixes of the findings above information level not applied or dropped yet, the one whose bound
+# (below) is largest: the most it can remove, not the grade of the finding that named it (the sync
+# finding's share holds DDP's waits for its all-reduces, which `--fix ddp` removes and `--fix sync`
+# does not); it applies that fix on top of the earlier ones, runs the job again, and judges it.
 #
 # **Prediction.** The rule is Amdahl's: a fix removes at most the time its finding measured, a
 # share `s` of the step, so the step gets at most `1 / (1 - s)` faster. That is a bound, judged
@@ -240,8 +247,14 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # cannot tell that fix from no change), and the round, the last diagnosis and the figures say so.
 # A median above 1x alone keeps fixes on noise (the kept rounds are selected for reading high, the
 # winner's curse), so a kept fix is **credited** with a gain (drawn as one in section 3, listed among
-# the fixes applied and credited) only where its interval lies above 1x or the phases its bound counts
-# fell; any other kept fix is **applied, not credited**.
+# the fixes applied and credited) only where its interval lies above 1x, or where the parts of the
+# step its bound sums (for `--fix sync`, the reads and the loop between them plus communication, not
+# the wait the bound leaves out) fell, in milliseconds per profiled step, by more than the profiled
+# steps' spread: the standard deviation of the profiled step times, the larger of the two windows'
+# (the diagnosis gives each phase's share of its window, not its time in each step, so the whole
+# step's spread stands in; a spread of single steps, wider than that of a window's mean, is a
+# cautious bar). Any other kept fix is **applied, not credited**; section 3 prints, for each kept
+# fix, which of the two decided it.
 
 # %% [markdown]
 # One round per cell (each is one or two 2-process jobs of seconds to a minute). A cell after
@@ -353,11 +366,15 @@ print(ceiling_text(final["shares"]["forward"] + final["shares"]["backward"], ste
 # rounds' product (what the seams moved), drawn apart from the fixes, where it shows at two
 # decimals; the last bar is the direct ratio. A black line through a bar's top is its interval, as
 # printed. A fix measured below 1x is not among them; a kept
-# fix not credited (its interval held 1x and its bound's phases did not fall) is drawn grey, labelled
+# fix not credited (its interval held 1x, and its bound's parts fell by no more than the profiled
+# steps' spread) is drawn grey, labelled
 # "not credited": its gain is not one this run can show. One whose
 # interval lies above 1x, but whose round's two runs before lay at least as far apart as its gain
 # lies from 1x, is drawn pale green and labelled "within the runs' drift": two runs of one
-# configuration differed that much, so drift alone could have made it.
+# configuration differed that much, so drift alone could have made it. The second figure is every
+# run of this section's loop, in the order it ran, at the tokens/s of its measured steps, one colour
+# per configuration, a dashed line joining the runs of one configuration: how far those moved between
+# rounds, beside how far a fix moved the next configuration.
 # **MFU of the measured ceiling** is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
 # lookup multiplies nothing; the token embedding, a lookup too, counts only because GPT-2 ties it
 # to the output layer, whose matmul multiplies; plus attention; module 06) of both ranks per second over this
@@ -382,8 +399,9 @@ if loop.waterfall:
     viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved, drifted=loop.drifted, intervals=[(g.low, g.high) for g in loop.gains],
                        total_interval=(total.direct.low, total.direct.high), title="Each fix's tokens/s speedup as measured in its round, with its interval, then the drift and the total")
     plt.show()
-print("applied, not credited (interval holds 1x, its bound's phases did not fall): "
-      + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
+print("\n".join(loop.credits[f] for f, _ in loop.waterfall))  # each kept fix: what credited it, or not
+viz.capstone.plot_runs(loop.runs, title="Every run's tokens/s in the order run, by the fixes it ran with")
+plt.show()
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
        (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps))}
 pct = percent2  # two figures: runs of one configuration repeat no closer
@@ -462,7 +480,9 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 # %% [markdown]
 # ## Summary
 #
-# * The diagnosis chose the order. Each round set its fix's gain against the bound its finding's
+# * The bounds chose the order: each round played the fix that could remove the most, not the
+#   finding graded worst (the sync finding's grade counts DDP's waits, which are communication).
+#   Each round set its fix's gain against the bound its finding's
 #   share gave (a larger batch: against its factor of tokens per step), judged where that bound
 #   could test the fix and shown as context where it could not. The headlines count the rounds shown
 #   as context and, for each kind of bound, the judged rounds that held, missed (each verdict says
@@ -485,7 +505,8 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 # %%
 viz.show_headlines({
     "fixes applied and credited": ", ".join(loop.credited) or "none",
-    "applied, not credited (interval holds 1x, its bound's phases did not fall)": ", ".join(unresolved) or "none",
+    "applied, not credited (interval holds 1x, its bound's parts fell by no more than the profiled steps' spread)":
+        ", ".join(unresolved) or "none",
     "tokens/s": viz.capstone.headline_rate(total, reach if loop.applied else None,  # beside the runs to the target
                                            {"slow": first["data_prep_s"], "fixed": last["data_prep_s"]}),
     "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(

@@ -277,15 +277,21 @@ ln_params = 2 * (2 * cfg.n_layer + 1)   # weight and bias of two LayerNorms per 
 SAME = {"all_reduce": "allreduce_", "all_gather_into_tensor": "allgather_", "reduce_scatter_tensor": "reduce_scatter_"}
 plan_sp = {"all_reduce": ln_params + 1 - 1, "all_gather_into_tensor": 0, "reduce_scatter_tensor": -1}   # DTensor - perfkit
 dt = r0["dtensor"]
-for key in ("tp", "sp"):
-    print(f"{key}: DTensor vs unsplit {dt[key]['rel']:.1e}; collectives of one step: "
-          f"DTensor {dt[key]['counts']['dtensor']}, perfkit {dt[key]['counts']['perfkit']}")
+print(f"DTensor against the unsplit model, largest relative difference: TP {dt['tp']['rel']:.1e}, "
+      f"SP {dt['sp']['rel']:.1e}")
 diff = {k: {d: c["dtensor"].get(d, 0) - c["perfkit"].get(q, 0) for d, q in SAME.items()}
         for k, c in ((k, dt[k]["counts"]) for k in ("tp", "sp"))}
-print(f"DTensor's count less perfkit's, SP: {diff['sp']}; the plans' difference: {plan_sp} "
-      f"({ln_params} LayerNorm weights and biases + the embedding's output - perfkit's one sum)")
-print("counted apart, in the optimizer step's own window (SP): DTensor "
-      f"{dt['sp']['in_step']['dtensor'] or 'no collective'}, perfkit {dt['sp']['in_step']['perfkit'] or 'no collective'}")
+NAMES = {"all_reduce": "all-reduce", "all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter"}
+display(Markdown(   # DTensor's op names (all_reduce, ...) and gloo's (allreduce_, ...) matched by SAME
+    "| collectives of one step | TP: DTensor | TP: perfkit | SP: DTensor | SP: perfkit | SP: DTensor less perfkit "
+    "| SP: the plans' difference | SP optimizer step alone: DTensor | perfkit |\n|---|---|---|---|---|---|---|---|---|\n"
+    + "\n".join(f"| {NAMES[d]} | {dt['tp']['counts']['dtensor'].get(d, 0)} | {dt['tp']['counts']['perfkit'].get(q, 0)} | "
+                f"{dt['sp']['counts']['dtensor'].get(d, 0)} | {dt['sp']['counts']['perfkit'].get(q, 0)} | "
+                f"{diff['sp'][d]:+d} | {plan_sp[d]:+d} | {dt['sp']['in_step']['dtensor'].get(d, 0)} | "
+                f"{dt['sp']['in_step']['perfkit'].get(q, 0)} |" for d, q in SAME.items())
+    + f"\n\nThe plans' difference: {ln_params} LayerNorm weights and biases + the embedding's output - perfkit's "
+    "one sum (all-reduces); perfkit's one extra reduce-scatter. The last two columns count the optimizer step's "
+    "own window apart."))
 viz.verdict(Prediction("collectives of one TP step in which DTensor's count differs from perfkit's (calls)",
                        "the same plan: 4 all-reduces per block, 1 embedding, 1 head, 3 loss", value=0, rel_tol=0),
             sum(abs(x) for x in diff["tp"].values()))
@@ -309,12 +315,12 @@ viz.verdict(Prediction("perfkit's TP step time over DTensor's", "same collective
                        high=1.0, unit="x", physical=(0, None)), ratio)
 # gloo runs a collective on its own thread: the overlap gains only where a core would idle
 ov = stats.median_ratio(tm["perfkit_overlap_s"], tm["perfkit_s"])
-print("perfkit with each region's backward collective overlapped with its weight gradients "
-      f"(overlap=True), step time over plain: {ov.text('x')}: "
+print("Not predicted, a measurement: perfkit with each region's backward collective overlapped with its "
+      f"weight gradients (overlap=True), step time over plain: {ov.text('x')}: "
       + {"below": "the overlapped step was faster", "above": "the overlapped step was slower"}.get(
           ov.clear_of(1.0, "x"), "no difference beyond the interval")
-      + " (not predicted: gloo runs an asynchronous collective on its own pool of worker threads, which gains "
-      "only where a core would otherwise idle)")
+      + " (no prediction is made: gloo runs an asynchronous collective on its own pool of worker threads, "
+      "which can gain only where a core would otherwise idle, and this run does not measure idle cores)")
 
 # %% [markdown]
 # ## 4. Sequence parallelism's activation memory
@@ -542,7 +548,8 @@ else:
 # for its calls. So a circle lies off the curve by both: its block's rate against the curve's
 # (the table below) and the sweep's charge against the fit's line (the sweep's table above;
 # more charge puts the circle lower). Each measured speedup is
-# the median of that width's paired rounds (split over unsplit, round by round), not the ratio
+# the median of that width's paired rounds (unsplit time over split time, round by round: above
+# 1x splitting pays), not the ratio
 # of the two medians in the bounds' table.
 #
 # In a live kernel the widget moves the degree, the tokens per step, the network's bandwidth and
@@ -591,7 +598,8 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
                             measured={float(c): measured[c] for c in WIDTHS},
                             bounds={float(c): bound[c] for c in WIDTHS},
                             comm={float(c): parts[c][1] for c in WIDTHS},
-                            blocks={float(c): (parts[c][0], parts[c][2]) for c in WIDTHS})
+                            blocks={float(c): (parts[c][0], parts[c][2]) for c in WIDTHS},
+                            predicted=p_cross, crossing=crossing)
 
 # %%
 from perfkit.plan import named_cluster
@@ -647,7 +655,8 @@ viz.build_widget(viz.tp_widget(achieved, link, seq=64))
 #   positions). Section 1 prints each part, and the sum's share of this small model's step.
 # - Those all-reduces sit in every block's forward and backward, on the critical path, so
 #   tensor parallelism is kept inside the fast link's domain: the GPUs of one node, joined by
-#   NVLink and NVSwitch (8 on HGX boards), with pipeline and data parallelism across nodes
+#   NVLink and NVSwitch (8 GPUs on an HGX board, NVIDIA's 8-GPU baseboard whose NVSwitch chips
+#   join every GPU to every other), with pipeline and data parallelism across nodes
 #   (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 #   Megatron-LM", SC'21, section 3, Takeaway #1: tensor parallelism up to the GPUs of one
 #   server). The same model as section 5, at the planner's H100 figures, sets a node's
@@ -664,7 +673,8 @@ for where, lk in (("NVLink inside a node", h100.intra), ("the network, one GPU p
           f"{viz.si(cost.comm_s, 's')} of it ({cost.comm_s / cost.tp_s:.0%}): speedup {cost.speedup:.1f}x of {GPU_T}")
 print(f"the compute is derated ({h100.efficiency:.0%} of the peak), the links are not: NVLink at its datasheet "
       f"{viz.si(h100.intra.bandwidth, 'B/s')} per direction, where the all-reduce bus bandwidth nccl-tests measures "
-      "on HGX H100 boards lies below it without NVLink SHARP (NVLS): the all-reduce times are low and the "
+      "on HGX H100 boards lies below it without NVLink SHARP (NVLS: the NVSwitch chips sum the data "
+      "themselves, an in-switch reduction): the all-reduce times are low and the "
       "speedups optimistic.")
 
 # %%

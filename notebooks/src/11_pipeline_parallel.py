@@ -209,8 +209,8 @@ fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # a measured setting (the widget
 for r in res["bubbles"]:
     est = stats.Estimate(**r["measured"])
     print(f"{r['schedule']:5s} m={r['n_micro']}: measured {est.text()}, formula "
-          f"{r['formula']:.3f} ({est.value / r['formula'] - 1:+.1%}), simulated with measured costs "
-          f"{r['simulated']:.3f}, hop "
+          f"{r['formula']:.3f} ({est.value / r['formula'] - 1:+.1%}), simulated with the drawn step's "
+          f"measured costs (the step nearest the median) {r['simulated']:.3f}, hop "
           f"{1e3 * r['latency_s']:.2f} ms")
 rows = [{**r, "measured": r["measured"]["value"], "interval": [r["measured"]["low"], r["measured"]["high"]]}
         for r in res["bubbles"]]
@@ -224,7 +224,8 @@ head_est = stats.Estimate(**head["measured"])
 resid = stats.per_round(lambda a, b: a - b, [head["shares"], head["simulated_each"]], "steps")
 sim_med = stats.median(head["simulated_each"])
 viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held"), (f"The formula's {head['formula']:.3g} lies {'below' if side == 'above' else 'above'} the measured {head_est.label}, the share {head_est.value / head['formula'] - 1:+.1%} from it: the verdict judges the share against the band of ±{p_bubble.rel_tol:.0%} only, not the formula as exact. " if (side := head_est.clear_of(head["formula"])) else "") +
-    f"The simulator fed with each step's measured action times and hop gives a median of {sim_med:.3f}, "
+    f"The simulator fed with each step's measured action times and hop gives a median over the "
+    f"{len(head['simulated_each'])} steps of {sim_med:.3f} (the table above printed the drawn step's alone), "
     f"{sim_med / head['formula'] - 1:+.0%} from the formula; each step's measured share less its own simulated "
     f"one: {resid.text()}{between_note(resid)}"))
 
@@ -241,7 +242,7 @@ if FOUR:
         print(f"p=4 {r['schedule']} m={r['n_micro']}: measured {stats.median(r['shares']):.3f} (median of "
               f"{len(r['shares'])} steps, {min(r['shares']):.3f} to {max(r['shares']):.3f}; too few for an "
               f"interval, not judged), formula {r['formula']:.3f}" + (f"; one step {max(r['shares']) / r['formula']:.2f}x "
-              "the formula: a disturbed step, which the median sets aside" if max(r["shares"]) > 1.2 * r["formula"] else ""))
+              "the formula: an outlier among the steps, which the median sets aside" if max(r["shares"]) > 1.2 * r["formula"] else ""))
 
 # %% [markdown]
 # ## 4. Activation memory: GPipe holds `m`, 1F1B holds `p`
@@ -336,8 +337,10 @@ sim_med, edge = stats.median(real["simulated_each"]), p_real.bounds()[1]
 over = sum(x > edge for x in real["shares"]) if est.high > edge else 0   # the steps the interval's tail rests on
 fb = {k: stats.median(real["actions"][k]) for k in "FB"}   # over all steps, each step's median: not the drawn one
 viz.verdict(p_real, est, explain={
-    side: (f"{over} of the {len(real['shares'])} steps' shares lie above the band's edge {edge:.3f} (the largest "
-           f"{max(real['shares']):.3f}): the interval's upper end rests on them. " if over else "")
+    side: (f"{over} of the {len(real['shares'])} steps' shares {'lies' if over == 1 else 'lie'} above the band's edge {edge:.3f} (the largest "
+           f"{max(real['shares']):.3f}), " + ("so the whole interval lies above it. " if est.low > edge else
+           f"{len(real['shares']) - over} at or below it: the interval's lower end, {est.low:.3f}, lies inside "
+           "the band, and that end keeps the outcome from missed. ") if over else "")
           + f"Fed with each step's measured actions and hop, the simulator gives a median of {sim_med:.3f}, "
           f"{sim_med - planned:+.3f} from the prediction (actions that took another time in the pipeline than alone, "
           f"unequally on the two stages, and the hop; the stages' busy times differ by {imbalance:.0%} in the step "

@@ -273,17 +273,22 @@ viz.show_verdict(calls_v)
 # **Model.** In PyTorch each tile is dozens of small operator calls (section 3 counted them), so
 # a tile costs a fixed overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
 # visited twice (forward and backward). Small tiles pay the overhead many times; large ones
-# little more than their FLOPs, so in the model `rate` is a ceiling on every call; fitted, it
-# need not be one (the fit's cell says whether a whole call ran above it). On a GPU there is no such per-call cost: the whole loop is one fused
+# little more than their FLOPs, so the model's own times never run faster than `rate`; fitted,
+# `rate` is a parameter that a measured call can outrun (the cells below say whether one did).
+# On a GPU there is no such per-call cost: the whole loop is one fused
 # kernel. There the tile size trades on-chip memory (shared memory and registers, which cap
 # the tile and how many run at once) against re-reads of `K` and `V` from HBM: Dao et al. 2022
 # (Theorem 2) count `Θ(T² D² / M)` HBM accesses for an on-chip memory (SRAM) of `M` elements
 # (values, not bytes; the theorem takes `D <= M <= T D`), so larger tiles read less.
 # `perfkit.compute.attention_cost` times FlashAttention at every tile size, eager attention and
-# SDPA, interleaved at each length, and fits the two terms on all lengths but the longest. Eager attention's model is its FLOP rate at the longest length
-# fitted, carried to longer lengths: an estimate, not a bound either way, since the rate falls
-# where the `T x T` scores leave a cache and can rise again between such steps, and a machine
-# that slows between lengths moves it too: SDPA's column, with no `T x T` scores, shows which. SDPA
+# SDPA, interleaved at each length, and fits the two terms on all lengths but the longest. In
+# the same rounds it times a control: one fixed 512 x 512 matmul, the same call at every length,
+# so a change in its time between lengths is the machine's speed (load, clocks), not attention's.
+# SDPA cannot serve as that control: its fused kernel's speed per FLOP moves with `T` by itself.
+# Eager attention's model is its FLOP rate at the longest length fitted, carried to longer
+# lengths: an estimate, not a bound either way, since the rate falls where the `T x T` scores
+# leave a cache and can rise again between such steps, and a machine that slows between
+# lengths moves it too (the control shows whether it did). SDPA
 # (`torch.nn.functional.scaled_dot_product_attention`) is PyTorch's fused attention; on this
 # CPU it runs a tiled, FlashAttention-style kernel written in C++ (forward and backward), so it
 # pays neither eager's `T²` traffic nor the Python tiles' per-call cost.
@@ -296,7 +301,7 @@ viz.show_verdict(calls_v)
 # size's time per FLOP does not move with `T` (the FLOPs and the tiles both grow as `T²`), so
 # a tile's miss at the longest length either repeats its misses at the shorter lengths (the
 # model misfits that tile) or the shorter lengths do not show it; the verdict prints which,
-# from each length's miss, and whether SDPA, which no tile cost enters, slowed in the same row
+# from each length's miss, and whether the control's time moved between the two longest lengths
 # (the machine, not the model).
 
 # %%
@@ -307,7 +312,7 @@ tol = ac.tile_band(points, model, 64, B, H, D)   # tile 64's own largest miss wh
 p_tile = Prediction(f"FlashAttention (tiles of 64) at T = {SWEEP_LENS[-1]}", "FLOPs / rate + tiles x t_tile, fitted "
                     "on shorter T", value=model.flash_s(SWEEP_LENS[-1], 64, B, H, D), rel_tol=tol, unit=" s")
 print(f"fit (two parameters): rate {viz.si(model.flop_rate, 'FLOP/s')} for the FLOP term, {viz.si(model.per_tile_s, 's')} per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); "
-      + ac.band_note(points, model, 64, B, H, D) + "." + va.rate_note([p for p in points if p.seq_len < SWEEP_LENS[-1]], model) + f" Recorded before the times below are shown: {p_tile.what}, {p_tile.describe()}")
+      + ac.band_note(points, model, 64, B, H, D) + "." + va.rate_note([p for p in points if p.seq_len < SWEEP_LENS[-1]], model, fitted=True) + f" Recorded before the times below are shown: {p_tile.what}, {p_tile.describe()}")
 
 # %%
 display(Markdown(va.times_table(points)))
@@ -357,8 +362,9 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # size. The FLOPs are counted, not measured: the tiled columns' include the backward's
 # recomputation of the scores (`4 + 10` units of `bq bk D` per tile), eager's and SDPA's the
 # `4 + 8` of a backward that keeps them, though SDPA's kernel recomputes too: its column is
-# time per FLOP of eager's count, not of what it runs. Then the verdict on the prediction
-# recorded with the fit.
+# time per FLOP of eager's count, not of what it runs. The control's column is its fixed matmul's
+# time per FLOP: the same call at every length, so its change is the machine's alone. Then the
+# verdict on the prediction recorded with the fit.
 
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
@@ -604,7 +610,7 @@ viz.show_headlines({
     "eager T² term (bytes)": f"{terms['eager'][0]:.1f}",
     "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome} (a model's expected range, {ends[0]:.2f}x to {ends[1]:.2f}x, its high end {ends[1] / ends[0]:.2f}x its low" + ("; held says its interval lies between the calls' end and the FLOPs', not which end it lies nearer)" if calls_v.held else ")"),
     "ring fp32 difference (P=2)": f"{worst:.1e}",
-    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is tile 64's own largest miss where the model was fitted)" if (off := est.clear_of(p_tile.value, 's')) else "") + va.row_flag(points, 64),
+    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is tile 64's own largest miss where the model was fitted)" if (off := est.clear_of(p_tile.value, 's')) else "") + va.row_flag(points),
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
     "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}" + (f" (judged on the median; {over} of {rounds} rounds waited longer than the bound, the longest {max(ready) / transfers:.1f}x it)" if over else ""),
     "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":

@@ -360,8 +360,8 @@ def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:
 
     Args:
         margins: codec -> the link time its bytes removed less its codec's time, s (medians).
-        noise_s: how far apart two timings of the same call came in the run, s (>= 0): a
-            margin no larger than it is not told from 0.
+        noise_s: how far apart two definitions of the same call's time came in the run, s (>= 0):
+            a margin no larger than it is not told from 0.
 
     Returns:
         A clause (no leading capital, no final stop): the codecs that paid, those that did not,
@@ -393,7 +393,7 @@ def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:
         one = len(close) == 1
         said.append(names([f"{k}'s margin ({'+' if m[k] >= 0 else '-'}{si(abs(m[k]), 's')})" for k in close])
                     + f" {'lies' if one else 'lie'} within the {si(noise, 's')} by which this run's two "
-                    "timings of the same dense all-reduce differ, so this run cannot tell whether "
-                    f"{'it' if one else 'they'} paid")
+                    "definitions of the dense all-reduce's time differ (a gap of definitions, not noise), "
+                    f"so this run cannot tell whether {'it' if one else 'they'} paid")
     return "; ".join(said)
 

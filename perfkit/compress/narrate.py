@@ -265,10 +265,16 @@ def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, sh
     label = getattr(ratio, "label", None) or "interval"
     mr = ("below" if round(r, 3) < round(lo, 3) else "above" if round(r, 3) > round(hi, 3) else "inside")
     k = (1 - r) / gain if gain > 0 else 0.0  # the medians' gain over what the bytes allow
-    beaten = (f" That ratio lies below the floor as well: by the medians the step gained {1 - r:.1%}, "
-              f"{k:.{0 if k >= 10 else 1}f}x the {gain:.1%} halving the bytes can save by this model, so "
-              "the rest of that gain is the steps' spread at this sample count, not the bytes' doing."
-              if gain > 0 and round(r, 3) < f3 else "")
+    beaten = ""
+    if gain > 0 and round(r, 3) < f3:
+        beaten = (f" That ratio lies below the floor as well: by the medians the step gained {1 - r:.1%}, "
+                  f"{k:.{0 if k >= 10 else 1}f}x the {gain:.1%} halving the bytes can save by this model")
+        beaten += (f"; the paired interval holds the floor ({lo:.3f}x to {hi:.3f}x against {f:.3f}x), so the "
+                   "paired steps do not support that excess: it is the medians' reading alone."
+                   if lo3 <= f3 <= hi3 else
+                   f"; the paired interval lies wholly below the floor too ({hi:.3f}x against {f:.3f}x), so "
+                   "the paired steps support a gain beyond what the bytes can save, which this model does "
+                   "not explain.")
     return (f"{name}: step over uncompressed {v:.3f}x paired ({label} {lo:.3f}x to {hi:.3f}x), against the "
             f"floor its halved bytes allow, {f:.3f}x: {where}. Context, not a verdict: {why}"
             + ("; and a hook that made the step slower passes a floor too." if small else ".")
@@ -343,15 +349,18 @@ def fusion_text(ratio: Any, model_x: float) -> str:
 
 def timing_noise_note(margin_s: float, alt_margin_s: float, noise_s: float, short: bool = False,
                       other: str = "the other timing of the dense call") -> str:
-    """Where a judged margin lies against how far two timings of its dense call differ.
+    """Where a judged margin lies against how far two definitions of its dense call's time differ.
 
-    The margin's interval covers each set of samples' own spread only; a second timing of the
-    same dense call that differs by ``noise_s`` is a disagreement it does not cover.
+    The margin's interval covers each set of samples' own spread only. A second timing of the
+    same dense call by another definition (notebook 03: the sweep's slowest rank's median of
+    back-to-back calls, against the mean over ranks of calls issued alone) differs by
+    ``noise_s``: a gap between definitions, not replicate noise, which the interval does not
+    cover. Where the margin is larger, either definition gives it the same sign.
 
     Args:
         margin_s: the judged margin (dense time less payload time less codec time), s (median).
         alt_margin_s: the same margin with the dense call's other timing, s.
-        noise_s: how far apart the two timings of the dense call came, s (>= 0).
+        noise_s: how far apart the two definitions put the dense call's time, s (>= 0).
         short: a clause for a takeaway (no leading space, no final stop) instead of a sentence.
         other: what gave ``alt_margin_s``, as a phrase after "with".
 
@@ -364,10 +373,12 @@ def timing_noise_note(margin_s: float, alt_margin_s: float, noise_s: float, shor
     m, alt = check_real("margin_s", margin_s), check_real("alt_margin_s", alt_margin_s)
     noise = check_real("noise_s", noise_s, 0.0)
     sgn = lambda x: ("+" if x >= 0 else "-") + si(abs(x), "s")  # noqa: E731
-    timings = f"the {si(noise, 's')} by which this run's two timings of the same dense all-reduce differ"
+    timings = (f"the {si(noise, 's')} by which this run's two definitions of the dense all-reduce's time "
+               "differ (the sweep's slowest rank's median of back-to-back calls, the mean over ranks of "
+               "calls issued alone: a gap of definitions, not noise)")
     if abs(m) > noise:
-        return (f"; its margin ({sgn(m)}) lies beyond {timings}" if short else
-                f" The margin ({sgn(m)}) lies beyond {timings}.")
+        return (f"; its margin ({sgn(m)}) lies beyond {timings}, so either gives it the same sign" if short
+                else f" The margin ({sgn(m)}) lies beyond {timings}, so either gives it the same sign.")
     flips = (alt > 0) != (m > 0)
     if not isinstance(other, str) or not other:
         raise ValueError(f"other must name the other timing, got {other!r}")

@@ -139,6 +139,7 @@ from perfkit.compute.flops import (
     precision_dtype,
 )
 from perfkit.compute.fusion import (
+    FILL_OVER_COPY,
     ChainModel,
     NewTensorCost,
     chain_explanations,
@@ -151,8 +152,11 @@ from perfkit.compute.intensity import (
     OpCount,
     OpRecord,
     StepRoofline,
+    cache_fit_bytes,
+    cache_on_threads,
     count_ops,
     count_phases,
+    dram_on_threads,
     roofline_s,
     step_roofline,
 )
@@ -268,6 +272,10 @@ __all__ = [
     "OpRecord",
     "count_phases",
     "roofline_s",
+    "cache_fit_bytes",
+    "cache_on_threads",
+    "dram_on_threads",
+    "FILL_OVER_COPY",
     "PhaseModel",
     "BatchCurve",
     "measure_batch_curve",

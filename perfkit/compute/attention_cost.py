@@ -2,7 +2,9 @@
 
 Saved-for-backward bytes are counted exactly (:class:`perfkit.memory.SavedTensorMeter`); the
 forward + backward of perfkit's FlashAttention (PyTorch, per tile size), eager attention and
-SDPA are timed interleaved. :class:`TileCostModel` explains the tiled times with two terms:
+SDPA are timed interleaved, with a control: one fixed matmul (:data:`CONTROL_SIZE`), the same
+call at every length, whose change between lengths is the machine's speed, not attention's.
+:class:`TileCostModel` explains the tiled times with two terms:
 matmul FLOPs at a fitted rate, plus a fixed cost per tile (Python and kernel launches, or on a
 GPU the tile's trip through shared memory), so small tiles pay overhead and large ones pay
 nothing more here; eager attention is its FLOPs at its rate at the longest length fitted.
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from perfkit._checks import check_callable, check_int, check_items, check_type
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.compute._call_mix import CallMix, call_mix
 from perfkit.compute.flash import check_tile, eager_attention, flash_attention, flash_flops
 from perfkit.estimate import Estimate
 from perfkit.memory.saved_tensors import SavedTensorMeter
@@ -41,6 +44,7 @@ __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCos
            "time_attention"]
 
 IMPLS = ("flash", "eager", "sdpa")
+CONTROL, CONTROL_SIZE = "control", 512   # the control's impl name; its matmul is n x n by n x n, fp32
 SOFTMAX_PRECISIONS = ("fp32", "bf16, softmax in fp32", "bf16, softmax in bf16")
 
 
@@ -105,62 +109,12 @@ def eager_bytes_per_score(seq_len: int = 64, heads: int = 2, head_dim: int = 16)
 
 
 @dataclass(frozen=True)
-class CallMix:
-    """The operator calls PyTorch dispatched while a function ran, by what each did.
-
-    Attributes:
-        views: calls that returned an alias of an input and wrote nothing (``view``,
-            ``expand``, ``slice``, ``transpose``, ``_unsafe_view``): metadata only, no kernel
-            and no allocation.
-        kernels: every other call: one that computes, fills, copies or writes in place.
-    """
-
-    views: int
-    kernels: int
-
-    @property
-    def total(self) -> int:
-        """Every call, views and kernels."""
-        return self.views + self.kernels
-
-
-def call_mix(fn: Callable[[], object]) -> CallMix:
-    """Count the ATen calls ``fn`` dispatches (a ``TorchDispatchMode``), split into views and
-    kernels (:class:`CallMix`): a model of per-call fixed costs that charges a view like a
-    matmul charges every call alike, though a view launches no kernel.
-
-    Raises:
-        TypeError: for an ``fn`` that is not callable.
-    """
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    check_callable("fn", fn)
-
-    class _Mix(TorchDispatchMode):
-        views = kernels = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            out = func(*args, **(kwargs or {}))
-            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
-            alias = (isinstance(out, torch.Tensor) and not func._schema.is_mutable
-                     and out.untyped_storage().data_ptr() in inputs)
-            if alias:
-                self.views += 1
-            else:
-                self.kernels += 1
-            return out
-
-    with _Mix() as mix:
-        fn()
-    return CallMix(mix.views, mix.kernels)
-
-
-@dataclass(frozen=True)
 class AttentionTiming:
     """One implementation's forward + backward at one length (``tile`` 0 unless tiled).
 
     Attributes:
-        impl: ``"flash"``, ``"eager"`` or ``"sdpa"``.
+        impl: ``"flash"``, ``"eager"``, ``"sdpa"`` or ``"control"`` (the fixed matmul, the
+            same call at every ``seq_len``: its ``flops`` are the matmul's, ``2 n³``).
         seq_len, tile: the shape timed.
         times_s: each round's seconds, in the interleaved order.
         flops: matmul FLOPs of forward + backward (recomputation included for ``flash``).
@@ -182,7 +136,10 @@ class AttentionTiming:
 
 def _step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, name: str,
           tile: int, causal: bool) -> None:
-    """One forward + backward of ``name``."""
+    """One forward + backward of ``name`` (the control: its fixed matmul, forward only)."""
+    if name == CONTROL:
+        torch.mm(q, k)
+        return
     if name == "flash":
         o = flash_attention(q, k, v, causal, tile)
     elif name == "eager":
@@ -196,7 +153,10 @@ def time_attention(seq_lens: Sequence[int], tiles: Sequence[int] = (64,), batch:
                    heads: int = 4, head_dim: int = 32, causal: bool = False, repeat: int = 3,
                    impls: Sequence[str] = IMPLS) -> list[AttentionTiming]:
     """Time forward + backward of each implementation (FlashAttention once per tile size),
-    interleaved at each length, after one warm-up round.
+    interleaved at each length, after one warm-up round; with them, in the same rounds, the
+    control (impl ``"control"``, last at each length): one ``CONTROL_SIZE``-square fp32 matmul,
+    the same call at every length, so a change in its time between lengths is the machine's
+    speed moving (load, clocks), which no attention model holds.
 
     Raises:
         ValueError, TypeError: for empty lists, bad sizes, tiles that are not powers of two,
@@ -217,14 +177,16 @@ def time_attention(seq_lens: Sequence[int], tiles: Sequence[int] = (64,), batch:
         g = torch.randn(batch, heads, t, head_dim)
         runs: list[tuple[str, int]] = [("flash", tile) for tile in tile_list if "flash" in names]
         runs += [(n, 0) for n in names if n != "flash"]
-
-        ms = interleaved([lambda r=r, x=(q, k, v, g): _step(*x, *r, causal) for r in runs],
-                         warmup=1, repeat=repeat)
+        a, b = (torch.randn(CONTROL_SIZE, CONTROL_SIZE, generator=torch.Generator().manual_seed(i))
+                for i in (1, 2))
+        ms = interleaved([lambda r=r, x=(q, k, v, g): _step(*x, *r, causal) for r in runs]
+                         + [lambda x=(a, b, a, a): _step(*x, CONTROL, 0, causal)], warmup=1, repeat=repeat)
         for (name, tile), m in zip(runs, ms):
             f = flash_flops(batch, heads, t, head_dim, causal, tile or 64)
             flops = f.forward + f.backward if name == "flash" else f.eager_forward + f.eager_backward
             out.append(AttentionTiming(name, t, tile, m.times_s, flops,
                                        f.tiles if name == "flash" else 0))
+        out.append(AttentionTiming(CONTROL, t, 0, ms[-1].times_s, 2 * CONTROL_SIZE ** 3, 0))
     return out
 
 

@@ -95,8 +95,9 @@ class SweptRatio:
         return (f"notebook 00's sweep at n={self.n}{on}" + ("" if self.exact_threads else
                                                             " (the nearest thread count it swept)")
                 + f"{which}: {self.dtype} {si(self.rate, 'FLOP/s')}, float32 {si(self.fp32_rate, 'FLOP/s')}"
-                + (" (each the best the limits file keeps over notebook 00's runs, not necessarily this "
-                   "run's)" if self.sizes else ""))
+                + (" (each point's fastest tenth of repetitions, from the one sweep the limits file keeps "
+                   "for that dtype: the notebook 00 run whose record held its higher all-core ceiling, not "
+                   "necessarily this run's; not each point's best over runs)" if self.sizes else ""))
 
 
 def swept_ratio(limits: MachineLimits, dtype: str, flops_per_call: float,

@@ -7,22 +7,23 @@ separates them. A step at batch ``b`` takes
 
     T(b) = F + R(b) / eta + n(b) * c
 
-``R(b)``: the step's operators each at its roof (:func:`perfkit.compute.intensity.roofline_s`,
-with the cache: an op whose bytes fit half the last-level cache moves them at the cache's
-bandwidth), counted at batch ``b``; ``R(b)`` per token rises where the big ops' bytes outgrow
-the cache. Where an op's bytes actually come from, cache or DRAM, the count cannot tell (a
-producer may have evicted them, a prefetcher may hide DRAM), so ``R`` is taken at both ends:
-with the cache as above, and with every op at DRAM's bandwidth (``R_dram``, no cache at all);
-the prediction spans the two. ``n(b)``: minor page faults per step, counted in the timed rounds
-(``getrusage``): glibc hands freed memory above its trim threshold back to the operating system,
-and the next step's new tensors fault it in again, page by page. ``c``: seconds per fault,
-timed by touching a fresh anonymous mapping against touching it again in each round, or given
-(a cost measured before, e.g. :meth:`perfkit.compute.fusion.NewTensorCost.fault_rounds`, so
-that one figure of a fault's cost serves a whole notebook). ``F``: a step of
-1 x 2 tokens, less its roofline seconds. ``eta``, the share of their roofs the ops reach, is
-the one figure fitted, on one batch (for each end of ``R``); the others are predicted. The
-predicted range spans the two ends of ``R`` and the intervals of ``F``, ``c`` and the fitted
-batch's time.
+``R(b)``: the step's operators each at its roof (:func:`perfkit.compute.intensity.roofline_s`, with
+the cache: an op whose counted bytes are at most twice the largest copy buffer notebook 00's sweep
+saw served by the cache, :func:`perfkit.compute.intensity.cache_fit_bytes`, moves them at the
+cache's bandwidth), counted at batch ``b``, on the bandwidths and matmul ceiling measured on the
+steps' threads; ``R(b)`` per token rises where the big ops' bytes outgrow the cache. Where an op's
+bytes actually come from, cache or DRAM, the count cannot tell (a producer may have evicted them, a
+prefetcher may hide DRAM), so ``R`` is taken at both ends: with the cache as above, and with every
+op at DRAM's bandwidth (``R_dram``, no cache at all); the prediction spans the two. ``n(b)``: minor
+page faults per step, counted in the timed rounds (``getrusage``): glibc hands freed memory above
+its trim threshold back to the operating system, and the next step's new tensors fault it in again,
+page by page. ``c``: seconds per fault, timed by touching a fresh anonymous mapping against
+touching it again in each round, or given (a cost measured before, e.g.
+:meth:`perfkit.compute.fusion.NewTensorCost.fault_rounds`, so that one figure of a fault's cost
+serves a whole notebook). ``F``: a step of 1 x 2 tokens, less its roofline seconds. ``eta``, the
+share of their roofs the ops reach, is the one figure fitted, on one batch (for each end of ``R``);
+the others are predicted. The predicted range spans the two ends of ``R`` and the intervals of
+``F``, ``c`` and the fitted batch's time.
 
 Usage::
 
@@ -43,7 +44,7 @@ import torch
 
 from perfkit import stats
 from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
-from perfkit.compute.intensity import count_phases, roofline_s
+from perfkit.compute.intensity import cache_fit_bytes, count_phases, roofline_s
 from perfkit.hw import MachineLimits
 from perfkit.sizing import pinned_threads
 from perfkit.timing import Timer, resolve_device
@@ -91,15 +92,18 @@ class BatchCurve:
     Attributes:
         batches: batch sizes, ascending; seq_len: tokens per sample.
         roof_s: ``R(b)``, each batch's step ops at their roofs (s), the cache's bandwidth for an
-            op whose bytes fit half the last-level cache.
+            op whose counted bytes are at most ``cache_fit``.
         roof_dram_s: the same ops with every op's bytes at DRAM's bandwidth (s).
-        over_cache: ops per step whose bytes exceed half the last-level cache, per batch.
+        over_cache: ops per step whose counted bytes exceed ``cache_fit``, per batch.
         times_s: per batch, the step's time in each round (s).
         faults: per batch, the minor page faults of its step in each round.
         fixed_s: the 1 x 2-token step's time in each round (s); roof_fixed_s: its ``R`` (s).
         fault_s: seconds per page fault: one probe per round (:func:`page_fault_s`), or the
             figures given to :func:`measure_batch_curve` (any number of them).
         fit: the index in ``batches`` of the batch ``eta`` is fitted on.
+        cache_fit: the most counted bytes an op moved at the cache's bandwidth in ``roof_s``
+            (:func:`perfkit.compute.intensity.cache_fit_bytes`); ``-1``: no cache figure, every
+            op at DRAM's (then ``over_cache`` counts none).
     """
 
     batches: tuple[int, ...]
@@ -113,6 +117,7 @@ class BatchCurve:
     roof_fixed_s: float
     fault_s: tuple[float, ...]
     fit: int
+    cache_fit: int = -1
 
     def __post_init__(self) -> None:
         bs = [check_int(f"batches[{i}]", b, 1) for i, b in enumerate(check_items("batches", self.batches))]
@@ -120,6 +125,7 @@ class BatchCurve:
             raise ValueError(f"batches must be at least two distinct sizes, ascending; got {self.batches}")
         check_int("seq_len", self.seq_len, 1)
         check_int("fit", self.fit, 0, len(bs) - 1)
+        check_int("cache_fit", self.cache_fit, -1)
         check_real("roof_fixed_s", self.roof_fixed_s, 0)
         rounds = len(check_items("fixed_s", self.fixed_s))
         for name in ("roof_s", "roof_dram_s", "over_cache", "times_s", "faults"):
@@ -135,6 +141,11 @@ class BatchCurve:
                     raise ValueError(f"{name}[{i}] must hold one value per round ({rounds}), got {len(row)}")
         for i, c in enumerate(check_items("fault_s", self.fault_s)):
             check_real(f"fault_s[{i}]", c, 0)
+
+    def cache_reach(self) -> str:
+        """``cache_fit`` in words, as :meth:`lines` and :meth:`explain` name it."""
+        return (f"the cache's {self.cache_fit / 1e6:.1f} MB" if self.cache_fit >= 0
+                else "the cache (no cache figure: every op at DRAM's bandwidth)")
 
     def tokens(self, i: int) -> int:
         """Tokens per step at ``batches[i]``."""
@@ -229,6 +240,22 @@ class BatchCurve:
         lo, hi, plo, phi = self._rates(i % len(self.batches))
         return ("inside" if plo <= lo and hi <= phi else "outside" if hi < plo or lo > phi else "at the edge")
 
+    def out_of_sample(self) -> str:
+        """The batches ``eta`` was not fitted on, counted by :meth:`placement`, and what the counts
+        say: ``"0 inside, 3 outside, 1 at the edge: it held for none (1 unresolved at the edge)"``."""
+        counts = dict.fromkeys(("inside", "outside", "at the edge"), 0)
+        for i in range(len(self.batches)):
+            if i != self.fit:
+                counts[self.placement(i)] += 1
+        n, inside, out, edge = len(self.batches) - 1, *counts.values()
+        unresolved = f"{edge} unresolved at the edge" if edge else ""
+        said = ("it held for every one" if inside == n else "it failed for every one" if out == n
+                else "none resolved: every one at the edge" if edge == n
+                else f"it held for none ({unresolved})" if not inside
+                else f"it held for {inside} of {n}, failed for {out}" + (f", {unresolved}" if edge else "")
+                if out else f"it held for {inside} of {n}, {unresolved}")
+        return ", ".join(f"{v} {k}" for k, v in counts.items()) + f": {said}"
+
     def lines(self) -> list[str]:
         """One line per batch: measured tokens/s with its interval, predicted tokens/s (the two
         ends of ``R``) and :meth:`placement` (but at the fitted batch), ``R`` per token with the
@@ -243,7 +270,7 @@ class BatchCurve:
             where = "" if i == self.fit else f": {self.placement(i)}"
             out.append(f"batch {b:>3}: {self.tokens(i) / est.value:>8,.0f} tokens/s measured{spread}, "
                        f"{plo:>8,} to {phi:,} predicted{where}; roofline {per_token_ns:,.0f} ns/token "
-                       f"({self.over_cache[i]} ops past the cache), "
+                       f"({self.over_cache[i]} ops past {self.cache_reach()}), "
                        f"{self.faults_per_step(i):,.0f} page faults/step{tag}")
         return out
 
@@ -257,7 +284,8 @@ class BatchCurve:
             return roofs[i] / self.tokens(i) / (roofs[j] / self.tokens(j)) - 1
         fault_ms = self.faults_per_step(i) * self.fault_cost.value * 1e3
         parts = (f"at batch {self.batches[i]} the roofline per token is {rise(self.roof_s):+.0%} against "
-                 f"batch {self.batches[j]}'s with the cache ({self.over_cache[i]} ops past half of it), "
+                 f"batch {self.batches[j]}'s with the cache ({self.over_cache[i]} ops past "
+                 f"{self.cache_reach()}), "
                  f"{rise(self.roof_dram_s):+.0%} without, and "
                  f"{self.faults_per_step(i):,.0f} page faults per step at "
                  f"{self.fault_cost.value * 1e6:.2f} us each cost {fault_ms:.1f} ms of its {t * 1e3:.1f} ms")
@@ -324,7 +352,7 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
     dev = resolve_device(device)
     steps = [check_callable("make_step(b, t)", make_step(b, seq_len)) for b in bs]
     tiny = check_callable("make_step(b, t)", make_step(1, 2))
-    half_llc = (limits.llc_bytes or 0) // 2 if limits.cache_bytes_per_s else math.inf
+    fits = cache_fit_bytes(limits)  # bytes: the threshold roofline_s serves from the cache
     times: list[list[float]] = [[] for _ in bs]
     faults: list[list[int]] = [[] for _ in bs]
     fixed, probes = [], []
@@ -347,8 +375,9 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
             if given is None:
                 probes.append(page_fault_s())
     on = threads if dev.type == "cpu" else None  # the matmul ceiling measured on the threads the steps ran on
-    return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype, threads=on) for o in ops[:-1]),
-                      tuple(roofline_s(o, limits, dtype, cache=False, threads=on) for o in ops[:-1]),
-                      tuple(sum(op.bytes > half_llc for op in o) for o in ops[:-1]),
+    roof = lambda o, cache=True: roofline_s(o, limits, dtype, cache, threads=on, thread_bandwidths=True)  # noqa: E731
+    return BatchCurve(tuple(bs), seq_len, tuple(roof(o) for o in ops[:-1]),
+                      tuple(roof(o, False) for o in ops[:-1]),
+                      tuple(sum(op.bytes > fits for op in o) if fits >= 0 else 0 for o in ops[:-1]),
                       tuple(map(tuple, times)), tuple(map(tuple, faults)), tuple(fixed),
-                      roofline_s(ops[-1], limits, dtype, threads=on), given or tuple(probes), bs.index(fit))
+                      roof(ops[-1]), given or tuple(probes), bs.index(fit), fits)

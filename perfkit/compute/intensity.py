@@ -35,14 +35,14 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import flop_registry
 
 from perfkit import roofline
-from perfkit._checks import check_callable, check_items, check_real, check_type
+from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
 from perfkit.ceilings import cached_copy_bytes
 from perfkit.compute.flops import cpu_attention_formulas
-from perfkit.hw import MachineLimits
+from perfkit.hw import MachineLimits, credited_dram
 from perfkit.stats import Estimate
 
-__all__ = ["NEAR_ROOF", "OpCount", "OpRecord", "StepRoofline", "count_ops", "count_phases", "roofline_s",
-           "step_roofline"]
+__all__ = ["NEAR_ROOF", "OpCount", "OpRecord", "StepRoofline", "cache_fit_bytes", "cache_on_threads",
+           "count_ops", "count_phases", "dram_on_threads", "roofline_s", "step_roofline"]
 
 NEAR_ROOF = 0.5  # a step runs "at" a roof when it reaches at least half of it
 
@@ -190,8 +190,66 @@ def count_phases(run: Callable[[object], object]) -> dict[str, list[OpRecord]]:
     return counter.records
 
 
+def cache_fit_bytes(limits: MachineLimits) -> int:
+    """The most counted bytes an op may move and still run at the cache's bandwidth in
+    :func:`roofline_s`: twice the largest copy buffer notebook 00's sweep saw served by the cache
+    (:func:`perfkit.ceilings.cached_copy_bytes`; a copy of ``N`` bytes moves ``2N``); without such a
+    copy, half the last-level cache the operating system reports (a virtual machine's can be its
+    host's); ``-1`` for limits without a cache figure (no op fits).
+
+    Raises:
+        TypeError: for ``limits`` that are not :class:`perfkit.hw.MachineLimits`.
+    """
+    check_type("limits", limits, MachineLimits)
+    if not limits.cache_bytes_per_s:
+        return -1
+    seen = cached_copy_bytes(limits)  # the cache notebook 00's copies really saw
+    return 2 * seen if seen else (limits.llc_bytes or 0) // 2
+
+
+def dram_on_threads(limits: MachineLimits, threads: int | None) -> float | None:
+    """The DRAM roof of ``threads`` intra-op threads, in counted bytes per second: the fastest
+    copy or ``x + y`` of the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`) that the
+    limits keep on that thread count (each point's fastest tenth; an add credited at most 9/8 of
+    the copy, :func:`perfkit.hw.credited_dram`), never above the all-core DRAM ceiling. ``None``
+    for ``threads`` ``None`` (all cores, or a GPU) or where none was measured on those threads.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    if threads is None:
+        return None
+    check_int("threads", threads, 1)
+    pts = [p for p in limits.copy_points if p.threads == threads and p.nbytes == limits.dram_nbytes]
+    if not pts:
+        return None
+    best = max(pts, key=lambda p: p.best_bytes_per_s)
+    rate, _ = credited_dram(best.best_bytes_per_s, best.source or best.where, pts, limits.dram_nbytes)
+    return min(rate, limits.copy_bytes_per_s)
+
+
+def cache_on_threads(limits: MachineLimits, threads: int | None) -> float | None:
+    """The cache roof of ``threads`` intra-op threads, in counted bytes per second: the fastest copy
+    (fastest tenth) on that thread count of a buffer the sweep saw served by the cache (at most
+    :func:`perfkit.ceilings.cached_copy_bytes`), never above the all-core cache ceiling. ``None``
+    for ``threads`` ``None``, limits without a cache figure, or no such copy on those threads.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    if threads is None:
+        return None
+    check_int("threads", threads, 1)
+    seen = cached_copy_bytes(limits)
+    rates = [p.best_bytes_per_s for p in limits.copy_points
+             if p.op == "copy" and p.threads == threads and seen and p.nbytes <= seen]
+    return min(max(rates), limits.cache_bytes_per_s) if rates and limits.cache_bytes_per_s else None
+
+
 def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32",
-               cache: bool = True, threads: int | None = None) -> float:
+               cache: bool = True, threads: int | None = None, thread_bandwidths: bool = False) -> float:
     """Seconds ``ops`` take if each runs at its roof: the sum of ``max(FLOPs / peak, bytes / bandwidth)``.
 
     Each op on its own roof, not the sum's: a memory-bound op next to a compute-bound one does
@@ -200,32 +258,36 @@ def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32
     Args:
         ops: :class:`OpRecord` s (e.g. one phase of :func:`count_phases`).
         limits: the machine's measured ceilings; dtype: whose matmul peak applies.
-        cache: an op whose bytes fit the cache moves them at the cache's measured bandwidth
-            (``limits.cache_bytes_per_s``), the fastest it can; the others, and every op with
-            ``False`` or limits without a cache figure, at DRAM's (``copy_bytes_per_s``). An op
-            fits when its counted bytes are at most twice the largest copy buffer the sweep saw
-            served by the cache (:func:`perfkit.ceilings.cached_copy_bytes`); without a sweep,
-            half the last-level cache the operating system reports (a virtual machine's can be
-            its host's).
+        cache: an op whose counted bytes are at most :func:`cache_fit_bytes` (twice the largest
+            copy buffer the sweep saw served by the cache) moves them at the cache's measured
+            bandwidth (``limits.cache_bytes_per_s``), the fastest it can; the others, and every op
+            with ``False`` or limits without a cache figure, at DRAM's (``copy_bytes_per_s``).
         threads: the intra-op threads the ops ran on: the matmul ceiling measured on them
-            (:meth:`perfkit.hw.MachineLimits.peak_flops`); ``None``, all cores'. The bandwidths
-            stay the ones measured on all cores.
+            (:meth:`perfkit.hw.MachineLimits.peak_flops`); ``None``, all cores'.
+        thread_bandwidths: ``True``: the DRAM and cache bandwidths measured on ``threads`` too
+            (:func:`dram_on_threads`, :func:`cache_on_threads`), each where the limits hold it,
+            else all cores'; ``False`` (the default): the bandwidths measured on all cores, beside
+            the compute roof of ``threads``.
 
     Raises:
         TypeError: for ``ops`` that are not a list of OpRecords, ``limits`` of another type,
-            or a ``cache`` that is not a bool.
+            or a ``cache`` or ``thread_bandwidths`` that is not a bool.
         ValueError: for a ``dtype`` the limits did not measure, or ``threads`` below 1.
     """
     for i, r in enumerate(check_items("ops", ops, nonempty=False)):
         check_type(f"ops[{i}]", r, OpRecord)
     check_type("limits", limits, MachineLimits)
     check_type("cache", cache, bool)
+    check_type("thread_bandwidths", thread_bandwidths, bool)
     peak, dram = limits.peak_flops(dtype, threads), limits.copy_bytes_per_s
-    seen = cached_copy_bytes(limits) if cache else None  # the cache notebook 00's copies really saw
-    fits = (2 * seen if seen else (limits.llc_bytes or 0) // 2) if cache and limits.cache_bytes_per_s else -1
+    in_cache = limits.cache_bytes_per_s
+    if thread_bandwidths:  # each where measured on the threads, else all cores'
+        dram = dram_on_threads(limits, threads) or dram
+        in_cache = cache_on_threads(limits, threads) or in_cache
+    fits = cache_fit_bytes(limits) if cache else -1
 
     def bw(nbytes: int) -> float:
-        return limits.cache_bytes_per_s if nbytes <= fits else dram
+        return in_cache if nbytes <= fits else dram
     return math.fsum(max(r.flops / peak, r.bytes / bw(r.bytes)) for r in ops)
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
 from perfkit.compute.flops import PRECISIONS
 from perfkit.memory.saved_tensors import SavedTensorMeter
-from perfkit.stats import LEVEL, Estimate, median_ratio, min_samples
+from perfkit.stats import Estimate, median_ratio
 from perfkit.timing import calibrate_number, interleaved, resolve_device
 from perfkit.units import share_range, si
 
@@ -261,13 +261,10 @@ class ShapeSummary:
     def odd_share(self) -> Estimate:
         """The odd widths' median rate over the aligned widths' median, with an interval that
         carries both groups' spread (:func:`perfkit.stats.median_ratio`, unpaired: two sets of
-        widths), not the aligned median taken as exact. Where the aligned widths are too few for
-        a 90 % interval (4 or 5 of them), the interval is asked at the highest level they allow,
-        ``(1 - 2 * 0.5**n)**2`` for ``n`` of them (77 % at 4), and its label names its coverage;
-        fewer than 4 give no interval."""
-        n = min(len(self.aligned), len(self.odd))
-        level = LEVEL if n >= min_samples(LEVEL ** 0.5) or n < 4 else (1 - 2 * 0.5 ** n) ** 2 * (1 - 1e-12)
-        est = median_ratio(self.odd, self.aligned, paired=False, level=level)
+        widths), not the aligned median taken as exact. Every interval is at least 90 %: a group
+        of fewer than 6 widths (the fewest for two separate groups) gives none, and the estimate
+        says so (``needs``)."""
+        est = median_ratio(self.odd, self.aligned, paired=False)
         return replace(est, method=f"ratio of the medians of {len(self.odd)} odd widths to "
                                   f"{len(self.aligned)} multiples of {self.multiple}")
 

@@ -133,7 +133,8 @@ class PhaseModel:
         """The one ``eta`` that gives the measured ratio ``m`` at the medians: the root of
         ``(F_b + R_b / eta) / (F_f + R_f / eta) = m``, ``(R_b - m R_f) / (m F_f - F_b)``; ``inf``
         where no positive root exists (a ratio beyond the band's at-roof end, or a zero
-        denominator), a value above 1 where the ratio needs ops faster than their roofs."""
+        denominator), a value above 1 where the model's inputs (``R``, the fixed costs) cannot give the
+        ratio with ops at or under their roofs."""
         m = self.measured.value
         den = m * self.fixed_fwd.value - self.fixed_bwd.value
         num = self.roof_bwd_s - m * self.roof_fwd_s
@@ -142,9 +143,14 @@ class PhaseModel:
     def explain(self) -> dict[str, str]:
         """``viz.verdict``'s explanations, computed from the measurement: each phase's time split
         into its fixed cost and its roofline seconds over ``eta``, and which assumption failed; outside
-        the band, the one ``eta`` the measured ratio would need (:meth:`one_eta`), past 1 where it
-        needs ops faster than their roofs."""
+        the band, the one ``eta`` the measured ratio would need (:meth:`one_eta`). Each phase's
+        ``eta`` comes from the same times it explains, so an ``eta`` above 1 is read as the model's
+        inputs being off (the per-op roofs ``R`` or the few-token fixed costs), not as ops beating
+        their roofs: the texts name that alternative, which this model cannot exclude."""
         f, b = self.reach()
+        off = ("an eta above 1 says the model's inputs are off, not that ops beat their roofs: the per-op "
+               "roofs R or the fixed-cost reading (the phases timed at a few tokens) is wrong, and this run "
+               "does not say which")
         parts = (f"forward {stats.median(self.fwd_s) * 1e3:.2f} ms = {self.fixed_fwd.value * 1e3:.2f} ms "
                  f"fixed + {self.roof_fwd_s * 1e3:.2f} ms of roofline at {f:.0%} of its speed; backward "
                  f"{stats.median(self.bwd_s) * 1e3:.2f} ms = {self.fixed_bwd.value * 1e3:.2f} ms + "
@@ -155,19 +161,20 @@ class PhaseModel:
         fits = (f"one eta of {one:.0%} for both phases gives the measured ratio at the medians, so the "
                 "ratio alone cannot tell the phases apart; their times can" if 0 < one <= 1 else
                 "no one eta in (0, 1] gives the measured ratio at the medians"
-                + (f" (it would take {one:.2f}: ops faster than their roofs)" if one > 1 else "")
+                + (f" (it would take {one:.2f}; {off})" if one > 1 else "")
                 + ": the ratio fell inside the band only through the fixed costs' intervals")
         held = (f"{parts[0].upper()}{parts[1:]}"
                 + ("." if same else ". Taken apart, the two phases' ops reach shares of their roofs "
                    f"{max(f, b) / min(f, b):.2f}x apart, not the one eta the model assumes; {fits}."))
         none = " No one eta in (0, 1] gives the measured ratio at the medians"
         implied = (f" One eta of {one:.0%} for both phases gives the measured ratio at the medians."
-                   if 0 < one <= 1 else none + (f": it would take {one:.2f}, ops faster than their roofs."
-                                                if one < float("inf") else "."))
+                   if 0 < one <= 1 else none + (f": it would take {one:.2f}; {off}." if one < float("inf")
+                                                else "."))
         return {"held": held,
                 "above": smaller.format("backward's", "forward's", parts) + implied,
-                "below": (f"Ops ran faster than their roofs: {parts}." if max(f, b) > 1
-                          else smaller.format("forward's", "backward's", parts)) + implied}
+                "below": (f"By this split an eta exceeds 1: {parts}." if max(f, b) > 1
+                          else smaller.format("forward's", "backward's", parts)) + implied
+                + (f" By itself {off}." if max(f, b) > 1 and not 1 < one < float("inf") else "")}
 
 
 def _forward_backward(wl: Workload, batch: tuple, phase) -> None:  # noqa: ANN001 - a monitor's phase()

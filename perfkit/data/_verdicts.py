@@ -217,7 +217,7 @@ def gil_explain(load: float, compute: float, planted: float, held: float, slowdo
     measured = est.value if est is not None else measured
     fastest = gil_least_step(load, compute, slowdown.low, held)
     slowest = gil_least_step(load, compute, slowdown.high, held)
-    took = "The least step is " + (
+    took = f"The least step, {fastest:.2f} ms, is " + (
         f"the step's {compute:.2f} ms plus the {held:.2f} ms spin ({held / planted:.2f}x its planted "
         f"{planted:.2f} ms, by 2b's share capped at 1 and at the load), less the 1 / "
         f"{slowdown.low:.3g} of it during which the step still runs" if fastest > load else "the load alone")

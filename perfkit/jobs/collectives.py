@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from perfkit import comm
 from perfkit import dist as pdist
+from perfkit._checks import check_int, check_real
 from perfkit.timing import interleaved
 
 
@@ -39,7 +40,11 @@ def against_all_reduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
     """Compare ``fn(t)`` (an in-place sum over ranks) with ``dist.all_reduce`` per size.
 
     Integer-valued fp32 data makes every summation order exact, so ``int_exact`` must be
-    ``True``; random normal data checks the float path with a tolerance. With
+    ``True``; random normal data checks the float path against ``float_bound``, the most two
+    summation orders can differ by rounding (:func:`compare_case`). On 2 ranks each element is
+    one addition ``a + b``, correctly rounded and commutative, so any correct all-reduce gives
+    the same bits: the float check can fail there only for a wrong sum, which the integer
+    check catches too; from 3 ranks on the order matters. With
     ``repeat > 0`` both are also timed, in alternation: seconds per call of the slowest rank
     in every repetition (``times_s`` for ``fn``, ``ref_times_s`` for ``dist.all_reduce``;
     repetition ``i`` of the two is a pair taken back to back), their medians, and ``ratios``
@@ -82,7 +87,9 @@ def compare_case(fn: Callable[[torch.Tensor], Any], numel: int, seed: int = 0,
 
     Returns:
         ``(record, got, want, seen)``: ``numel``, ``int_exact``, ``float_max_abs_err``,
-        ``in_place``; the integer result and reference; what ``watch`` yielded.
+        ``float_bound`` (:func:`order_bound` of the largest element's sum of absolute values
+        over the ranks), ``in_place``; the integer result and reference;
+        what ``watch`` yielded.
 
     Warning:
         Collective: every rank must call it with the same arguments.
@@ -95,12 +102,33 @@ def compare_case(fn: Callable[[torch.Tensor], Any], numel: int, seed: int = 0,
         ret = fn(got)
     xf = torch.randn(numel, generator=g)
     wantf, gotf = xf.clone(), xf.clone()
+    absf = xf.abs()
+    dist.all_reduce(absf)  # each element's sum of |x| over the ranks: the rounding bound's scale
     dist.all_reduce(wantf)
     fn(gotf)
     rec = {"numel": numel, "int_exact": bool(torch.equal(got, want)),
            "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
+           "float_bound": order_bound(dist.get_world_size(), float(absf.max())) if numel else 0.0,
            "in_place": ret is None or ret is got}
     return rec, got, want, seen
+
+
+def order_bound(n: int, abs_sum: float) -> float:
+    """The most two summation orders of ``n`` fp32 addends can differ by rounding, where the
+    addends' absolute values sum to ``abs_sum``: ``2 gamma abs_sum``, ``gamma = (n - 1) u /
+    (1 - (n - 1) u)`` with ``u`` fp32's unit roundoff (Higham's bound for recursive summation
+    holds each order within ``gamma abs_sum`` of the exact sum); 0 for ``n <= 2``, where every
+    order is one correctly rounded, commutative addition and gives the same bits.
+
+    Raises:
+        TypeError, ValueError: for ``n`` not an int >= 1 or ``abs_sum`` not a real >= 0.
+    """
+    check_int("n", n, 1)
+    check_real("abs_sum", abs_sum, 0)
+    if n <= 2:
+        return 0.0
+    u = torch.finfo(torch.float32).eps / 2
+    return 2 * (n - 1) * u / (1 - (n - 1) * u) * abs_sum
 
 
 def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tensor,

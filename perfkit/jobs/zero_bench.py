@@ -16,8 +16,10 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
 * ``"time"``: every variant trains the same batches; steps are timed interleaved (A, B,
   C, ... per round, :func:`perfkit.timing.interleaved`), so their ratios are measured under
   the same load (with ``link_sizes``, each round also times one isolated all-reduce per
-  size). Returns per variant: median step seconds, the median of its ``optimizer.step()``
-  alone (``ddp_adamw``: AdamW's update; the ZeRO wrappers' includes their waits and
+  size; with ``settle``, a timed step also waits for its own all-gathers still in flight,
+  which ZeRO-1/2 otherwise leave running into the next step's forward). Returns per
+  variant: median step seconds, the median of its ``optimizer.step()`` alone
+  (``ddp_adamw``: AdamW's update; the ZeRO wrappers' includes their waits and
   collectives), optimizer-state bytes on this rank, the loss curve (global mean), and the
   largest relative parameter difference (``max |p - p_ref| / max |p_ref|``, worst tensor) to
   single-process ``torch.optim.AdamW`` trained afterwards on the whole global batch of every
@@ -81,6 +83,7 @@ class Variant:
         if name not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
         self.name, self.losses, self.update_s = name, [], []  # update_s: s per optimizer.step()
+        self.settle = bool(cfg.get("settle", False))  # step() waits for its own all-gathers
         torch.manual_seed(cfg.get("seed", 0))  # the same initial weights in every variant
         self.model = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
         lr = cfg.get("lr", 3e-3)
@@ -123,6 +126,8 @@ class Variant:
                 self.opt.step()
                 self.update_s.append(time.perf_counter() - t0)
                 self.opt.zero_grad(set_to_none=True)
+                if self.settle and hasattr(self.opt, "wait_params"):
+                    self.opt.wait_params()
         self.losses.append(loss.detach())
         return (states, traffic) if measure else None
 
@@ -219,7 +224,7 @@ def reference_adamw(cfg: dict[str, Any], global_batches: list[torch.Tensor]) -> 
     Not collective: built without DDP, it is the reference every variant must equal.
     """
     ref = Variant.__new__(Variant)
-    ref.name, ref.losses, ref.engine, ref.update_s = "adamw", [], None, []
+    ref.name, ref.losses, ref.engine, ref.update_s, ref.settle = "adamw", [], None, [], False
     torch.manual_seed(cfg.get("seed", 0))
     ref.model = ref.net = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
     ref.opt = torch.optim.AdamW(ref.model.parameters(), lr=cfg.get("lr", 3e-3))
@@ -327,7 +332,7 @@ def _merge_ranks(name: str, per_rank: list[dict[str, Any]], peak_rss: list[int] 
 def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             steps: int = 10, warmup: int = 2, model: dict[str, int] | None = None,
             rss: bool = True, corpus_bytes: int = 200_000,
-            timeout_s: float = 600.0, link_sizes: Sequence[int] = ()) -> Comparison:
+            timeout_s: float = 600.0, link_sizes: Sequence[int] = (), settle: bool = False) -> Comparison:
     """Launch the ``time`` phase (and the ``rss`` phase) on ``nproc`` gloo processes.
 
     The batches are blocks of the standard-library corpus (:mod:`perfkit.models`),
@@ -346,6 +351,8 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             after 1 ms of compute (:func:`perfkit.comm.isolated_times`), so that a link can be
             fitted under the load the steps ran under (``Comparison.link``;
             :func:`perfkit.plan.rounds_link`).
+        settle: each timed step waits for its optimizer's all-gathers still in flight
+            (``wait_params``) before it returns; by default they run on into the next step.
 
     Returns:
         A :class:`Comparison`.
@@ -355,6 +362,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
     """
     from perfkit import models
 
+    check_type("settle", settle, bool)
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {bad}")
@@ -372,7 +380,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
         torch.save(ids, f"{tmp}/ids.pt")
         cfg = {**model, "batch": batch, "steps": steps, "warmup": warmup,
                "variants": list(variants), "tokens": f"{tmp}/ids.pt",
-               "link_sizes": [int(n) for n in link_sizes],
+               "link_sizes": [int(n) for n in link_sizes], "settle": bool(settle),
                "phases": ["time", "rss"] if rss else ["time"]}
         # CPU processes on gloo everywhere (several processes cannot share one GPU under
         # NCCL); hiding CUDA also makes DeepSpeed pick its CPU accelerator.

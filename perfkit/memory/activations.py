@@ -193,7 +193,7 @@ def flop_rule_text(step: Any, recompute: Any, share: float) -> str:
         alone, times = recompute.value, recompute.value / share
         return (f"{head}; its interval lies above that: time did not follow FLOPs. The recompute "
                 f"timed alone took {alone:.3f} plain steps, {times:.1f}x its FLOP share, and the step "
-                f"added {beyond:+.2f} plain steps beyond it (checkpoint's hooks, the recompute inside "
+                f"added {beyond:+.3f} plain steps beyond it (checkpoint's hooks, the recompute inside "
                 "the backward; the verdict below).")
     return head + ("; its interval lies below that." if side == "below" else "; its interval holds that.")
 

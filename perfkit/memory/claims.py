@@ -337,13 +337,17 @@ class ZeroRuleRow:
     ``activations_gb``, the activations a rank keeps) fit, and whether the advice is wrong (its
     stage does not fit where another does, or it is stage 3, with 1.5x the communication, where
     stage 1 or 2 fits). Where no stage fits, stage 3 (the least memory) is the right one to
-    advise, and the run needs more GPUs, recomputation or offload besides."""
+    advise, and the run needs more GPUs, recomputation or offload besides. ``headroom_gb``: the
+    card's memory less the model states and activations a rank holds at the lowest stage that fits
+    (where none fits, at stage 3: then below the reserve :func:`zero_rule_rows` asked for, or
+    negative)."""
 
     billions: float
     n_gpus: int
     advised: int
     lowest_fitting: int | None  # None: no stage fits, more GPUs needed
     activations_gb: float = 0.0  # per rank, counted beside the model states
+    headroom_gb: float = 0.0  # the card less what a rank holds at the lowest fitting stage (none fits: at 3)
 
     @property
     def rule_wrong(self) -> bool:
@@ -354,23 +358,28 @@ class ZeroRuleRow:
 
 
 def zero_rule_rows(sizes_b: Sequence[float], gpu_gb: float = 80, n_gpus: int = 8,
-                   tokens: int = 0) -> list[ZeroRuleRow]:
+                   tokens: int = 0, reserve_gb: float = 0.0) -> list[ZeroRuleRow]:
     """The advice against the mixed-precision Adam model states per rank, plus the activations of
     a micro-batch of ``tokens`` tokens per rank (:func:`activation_gb`; 0: model states only): a
-    stage fits where both fit ``gpu_gb``.
+    stage fits where both fit ``gpu_gb`` with at least ``reserve_gb`` to spare (what neither
+    counts: the CUDA context, the communication library's buffers, gathered weights, the
+    allocator's fragmentation).
 
     Raises:
         TypeError, ValueError: for empty ``sizes_b``, a size or ``gpu_gb`` not > 0, ``n_gpus`` < 1
-            or ``tokens`` < 0.
+            or ``tokens`` < 0, or a ``reserve_gb`` not in [0, ``gpu_gb``).
     """
     check_real("gpu_gb", gpu_gb, 0, lo_open=True)
+    check_real("reserve_gb", reserve_gb, 0, gpu_gb, hi_open=True)
     check_int("n_gpus", n_gpus, 1)
     check_int("tokens", tokens, 0)
     rows = []
     for b in check_items("sizes_b", sizes_b):
         act = activation_gb(b, tokens)
-        fits = [s for s in range(4) if zero_model_states(b * 1e9, n_gpus, s).total_gb + act <= gpu_gb]
-        rows.append(ZeroRuleRow(b, n_gpus, advised_zero_stage(b), fits[0] if fits else None, act))
+        room = [gpu_gb - zero_model_states(b * 1e9, n_gpus, s).total_gb - act for s in range(4)]
+        fits = [s for s in range(4) if room[s] >= reserve_gb]
+        rows.append(ZeroRuleRow(b, n_gpus, advised_zero_stage(b), fits[0] if fits else None, act,
+                                room[fits[0] if fits else 3]))
     return rows
 
 

@@ -185,7 +185,7 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     a gain is read from its interval, tested and printed at one precision (:func:`zb_side`).
     With ``f_b`` and ``busy_mb``, 1F1B's busy time per stage and micro-batch (seconds, the
     median over its steps), it sets the drawn steps' change beside the one the judged ``busy``
-    implies (``(busy - 1) x busy_mb``, with its interval) and says how much of it they cover.
+    implies (``(busy - 1) x busy_mb``, with its interval) and whether their change lies inside it.
     With ``steps``, ``f_i_w`` and ``f_b`` are each the median over that many steps of each
     schedule (of each step's median), not one drawn step's, and the sentences say so. Which
     factor moved the step more is said on the point figures, and flagged where that factor's
@@ -280,9 +280,11 @@ def _judged_extra(busy: Estimate, busy_mb: float, drawn: float, pooled: bool = F
             if pooled else ". Those are one step of each schedule, without an interval")
     if not busy.has_interval or busy.value <= 1 or drawn <= 0:
         return f"{head}; the busy time per stage judged over the rounds is {busy.point('x')} of 1F1B's"
-    implied = (busy.value - 1) * busy_mb
-    ends = (f"{si((busy.low - 1) * busy_mb, 's')} to {si((busy.high - 1) * busy_mb, 's')} from its interval"
-            if busy.low > 1 else "its interval holds 1x")
+    implied, lo, hi = ((x - 1) * busy_mb for x in (busy.value, busy.low, busy.high))
+    ends = f"{si(lo, 's')} to {si(hi, 's')} from its interval" if busy.low > 1 else "its interval holds 1x"
+    where = ("" if busy.low <= 1 else ", inside that interval" if lo <= drawn <= hi else
+             f", {'above' if drawn > hi else 'below'} that interval: the two estimates differ, and neither "
+             "is a share of the other")   # unpaired medians against a paired ratio: no coverage above 100 %
     return (f"{head}: the busy time per stage judged over the rounds, {busy.point('x')} of 1F1B's median "
-            f"{si(busy_mb, 's')} per micro-batch, implies about {si(implied, 's')} more ({ends}), of which "
-            f"the {'medians' if pooled else 'drawn steps'}' {si(drawn, 's')} cover {drawn / implied:.0%}")
+            f"{si(busy_mb, 's')} per micro-batch, implies about {si(implied, 's')} more ({ends}); "
+            f"the {'medians' if pooled else 'drawn steps'}' change is {si(drawn, 's')}{where}")

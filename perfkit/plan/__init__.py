@@ -129,6 +129,7 @@ from perfkit.plan.overlap import (
     OverlapRule,
     exposed_time,
     full_charge,
+    micro_batch_overhead,
 )
 from perfkit.plan.published import (
     Comparison,
@@ -141,7 +142,6 @@ from perfkit.plan.published import (
     foundry_runs,
     layout_ranks,
     megatron_runs,
-    micro_batch_overhead,
     predict,
 )
 from perfkit.plan.readings import (

@@ -132,7 +132,7 @@ class Cluster:
         sharded_hidden: ``None`` (default): ``dp_overlap`` decides. A share in [0, 1] instead
             states outright how much of the compute ZeRO-2's and ZeRO-3's collectives hide
             behind, as one block (0: none, what llm-foundry's micro-batch sweep suggests for
-            its FSDP runs, :func:`perfkit.plan.published.micro_batch_overhead`; 1: all of it).
+            its FSDP runs, :func:`perfkit.plan.overlap.micro_batch_overhead`; 1: all of it).
         zero2_per_block: ZeRO-2's reduce-scatter and all-gather go block by block (and one
             for the embedding or head), as FSDP's ``SHARD_GRAD_OP`` wraps them; ``False``: in
             DDP's 25 MiB buckets, as :mod:`perfkit.parallel.zero`'s flat buffer (one collective

@@ -233,6 +233,13 @@ class ModelSpec:
         n, h, s, v = self.layers, self.hidden, self.seq, self.vocab
         return 96 * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
+    def megatron_model_flops_per_token(self) -> float:
+        """:meth:`megatron_flops_per_token` without the recomputed forward (three passes):
+        ``72 l h^2 (1 + s/6h + V/12lh)``, Narayanan et al. (2021), appendix; with ``N = 12 l h^2 + V h``
+        it is PaLM's ``6 N + 12 l h s``, the count MFU uses."""
+        n, h, s, v = self.layers, self.hidden, self.seq, self.vocab
+        return 72 * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
+
     # --- activations: Korthikanti et al. 2022, section 4 ----------------------------------
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019

@@ -38,6 +38,9 @@ never hide, and no more can hide than the compute there is. What each framework 
 * ``"none"``: nothing hidden (a CPU, whose cores run the collectives, or a framework without
   overlap). :func:`full_charge` tests that premise against paired step measurements.
 
+:func:`micro_batch_overhead` reads llm-foundry's micro-batch sweep for the cost each micro-batch
+pays beyond its sequences, beside what the planner charges FSDP's collectives with none hidden.
+
 Usage::
 
     rule = OVERLAP_RULES["megatron"]
@@ -47,15 +50,18 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from perfkit._checks import check_int, check_real, check_type
+from perfkit.plan.layout import Layout
+from perfkit.plan.model import ModelSpec
+from perfkit.plan.runs_data import FOUNDRY_MB_SWEEP, FOUNDRY_MB_SWEEP_SOURCE, MPT_SHAPES
 
 if TYPE_CHECKING:
     from perfkit.plan.local import CollectiveCost
 
-__all__ = ["OVERLAP_RULES", "OverlapRule", "exposed_time", "full_charge"]
+__all__ = ["OVERLAP_RULES", "OverlapRule", "exposed_time", "full_charge", "micro_batch_overhead"]
 
 
 @dataclass(frozen=True)
@@ -190,3 +196,44 @@ def full_charge(costs: Mapping[str, CollectiveCost], base: str = "DDP") -> str:
                 "the model's price with every call charged (the calls, or a cost the model leaves out: "
                 "this run does not time them apart)")
     return out + ". A step verdict that held on its ±window does not show otherwise."
+
+
+def micro_batch_overhead() -> dict[str, dict[str, float]]:
+    """What one micro-batch costs beyond its sequences, from llm-foundry's micro-batch sweep
+    (:data:`perfkit.plan.runs_data.FOUNDRY_MB_SWEEP`), beside the planner's ZeRO-3 collectives.
+
+    Per model, the seconds a GPU spends on one micro-batch (``mb * seq / tokens_per_gpu``) are
+    fitted by least squares as ``fixed + per_sequence * mb``, a line through the sweep's two or
+    three points of each model (``points``; through two it passes exactly): no interval.
+    ``fixed`` is every cost that does not shrink with the micro-batch: FSDP's two all-gathers
+    and reduce-scatter per micro-batch if nothing hides them, and beside them kernel launches,
+    Python, the allocator and half an optimizer step (the sweep accumulates two micro-batches
+    per step). ``planner_collectives_s`` is what
+    :func:`~perfkit.plan.step_time.step_time` charges for them per micro-batch with none hidden
+    (``Cluster.dp_overlap = "none"``; gradients in fp32, the sweep's ``DEFAULT`` mixed
+    precision); a ``fixed`` near 0 would mean FSDP hid them.
+
+    Returns:
+        ``{model: {"fixed_s", "per_sequence_s", "points", "planner_collectives_s"}}``.
+    """
+    from perfkit.plan.cluster import named_cluster  # cluster and step_time import this module
+    from perfkit.plan.step_time import step_time
+
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r[0] for r in FOUNDRY_MB_SWEEP):
+        rows = [r for r in FOUNDRY_MB_SWEEP if r[0] == name]
+        xs = [float(r[4]) for r in rows]
+        ys = [r[4] * r[1] / r[7] for r in rows]  # seconds per micro-batch per GPU
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+                 / sum((x - mx) ** 2 for x in xs))
+        layers, d, heads, ratio, vocab = MPT_SHAPES[name]
+        seq, gpus = rows[0][1], rows[0][2]
+        model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
+                          vocab=vocab, seq=seq, positions=seq, source=FOUNDRY_MB_SWEEP_SOURCE)
+        lay = Layout(dp=gpus, zero=3, micro_batch=1)
+        t = step_time(model, lay, replace(named_cluster("a100-80gb"), dp_overlap="none"), gpus * 2,
+                      grad_bytes=4.0)  # DEFAULT: fp32; none hidden
+        out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
+                     "planner_collectives_s": t.terms["ZeRO-3 collectives"] / t.detail["micro_batches"]}
+    return out

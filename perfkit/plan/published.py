@@ -8,7 +8,7 @@ their own FLOP count, which includes recomputation: :meth:`ModelSpec.megatron_fl
 :func:`fit_efficiency` fits one achievable matmul efficiency per GPU type, on at most two
 rows of each of its tables (the two whose reported MFU lies nearest the table's median);
 every other row is a prediction. Beside it, :func:`compare` reports the baseline that predicts the fitted
-rows' mean MFU for every row: a planner that does not beat it explains nothing.
+rows' mean MFU (in model FLOPs) for every row: a planner that does not beat it explains nothing.
 
 Usage::
 
@@ -34,8 +34,6 @@ from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
     FOUNDRY_EARLY_STOP,
     FOUNDRY_FLASH2,
-    FOUNDRY_MB_SWEEP,
-    FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
     FOUNDRY_TABLES,
     MEGATRON_HEADS,
@@ -46,8 +44,7 @@ from perfkit.plan.search import TIE_BAND, plan
 from perfkit.plan.step_time import step_time
 
 __all__ = ["Comparison", "LayoutRank", "PublishedRun", "RowResult", "compare", "fit_efficiency",
-           "fit_rows", "foundry_runs", "layout_ranks", "megatron_runs", "micro_batch_overhead",
-           "predict"]
+           "fit_rows", "foundry_runs", "layout_ranks", "megatron_runs", "predict"]
 
 MEGATRON_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1, via NVIDIA/Megatron-LM README"
 
@@ -85,6 +82,15 @@ class PublishedRun:
     reduce_bytes: float = 2.0
     framework: Framework | None = None
     attention: str = ""
+
+    @property
+    def model_mfu(self) -> float:
+        """The reported utilisation in model FLOPs (no recomputation): Megatron-LM's Table 1
+        counts the recomputed forward, so its rows are scaled by
+        ``megatron_model_flops_per_token / megatron_flops_per_token``; llm-foundry's MFU already is."""
+        if self.table != "megatron":
+            return self.reported_mfu
+        return self.reported_mfu * self.model.megatron_model_flops_per_token() / self.flops_per_token
 
     @property
     def recipe(self) -> StateRecipe | str:
@@ -292,8 +298,9 @@ def compare(runs: Sequence[PublishedRun], fit_count: int = 2, calibrate: str = "
             from the figure fitted on the other tables of its chip only, none of its own rows
             fitted: the cross-table error.
 
-    The baseline predicts each row at the same fitted rows' mean reported MFU, in the row's own
-    FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU. ``Comparison.efficiency``
+    The baseline predicts each row at the same fitted rows' mean MFU in model FLOPs
+    (:attr:`PublishedRun.model_mfu`: one count for every source), each row's tokens/s per GPU
+    ``mfu * peak / model_flops_per_token``. ``Comparison.efficiency``
     and ``baseline_mfu`` are keyed by table (the figure its rows were predicted with).
 
     Raises:
@@ -315,12 +322,13 @@ def compare(runs: Sequence[PublishedRun], fit_count: int = 2, calibrate: str = "
                           else [tables]):
             predicted = [u for u in tables if u not in fitted_on] or tables
             fit = [f for t in fitted_on for f in fit_rows(mine, t, fit_count)]
-            e, b = fit_efficiency(fit), sum(r.reported_mfu for r in fit) / len(fit)
+            e, b = fit_efficiency(fit), sum(r.model_mfu for r in fit) / len(fit)
             eff.update(dict.fromkeys(predicted, e))
             base.update(dict.fromkeys(predicted, b))
             for r in (r for r in mine if r.table in predicted):
                 rows.append(RowResult(r, any(r is f for f in fit), predict(r, e),
-                                      b * r.cluster.gpu.peak_flops / r.flops_per_token))
+                                      b * r.reported_mfu / r.model_mfu * r.cluster.gpu.peak_flops
+                                      / r.flops_per_token))
     order = {t: i for i, t in enumerate(dict.fromkeys(r.table for r in runs))}
     rows.sort(key=lambda x: order[x.run.table])  # stable: each table in source order
     return Comparison(rows, eff, base)
@@ -364,7 +372,6 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
     rows = [r for r in cmp.rows if r.run.table == table]
     if not rows:
         raise ValueError(f"table {table!r} has no rows in cmp")
-    tol = TIE_BAND
     out = []
     for r in (x.run for x in rows):
         p = plan(r.model, r.cluster.with_efficiency(cmp.efficiency[table]), r.layout.gpus,
@@ -378,43 +385,6 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
         pub = (r.layout.tp, r.layout.pp)
         over = best[pub] / best[ranked[0]] if pub in best else math.inf
         at = next((i for i, c in enumerate(p.best) if (c.layout.tp, c.layout.pp) == pub), 0)
-        out.append(LayoutRank(r.label, pub, ranked, over, tol, p.why_not(at) if at else ""))
+        out.append(LayoutRank(r.label, pub, ranked, over, TIE_BAND, p.why_not(at) if at else ""))
     return out
 
-
-def micro_batch_overhead() -> dict[str, dict[str, float]]:
-    """What one micro-batch costs beyond its sequences, from llm-foundry's micro-batch sweep
-    (:data:`perfkit.plan.runs_data.FOUNDRY_MB_SWEEP`), beside the planner's ZeRO-3 collectives.
-
-    Per model, the seconds a GPU spends on one micro-batch (``mb * seq / tokens_per_gpu``) are
-    fitted by least squares as ``fixed + per_sequence * mb``, a line through the sweep's two or
-    three points of each model (``points``; through two it passes exactly): no interval.
-    ``fixed`` is every cost that does not shrink with the micro-batch: FSDP's two all-gathers
-    and reduce-scatter per micro-batch if nothing hides them, and beside them kernel launches,
-    Python, the allocator and half an optimizer step (the sweep accumulates two micro-batches
-    per step). ``planner_collectives_s`` is what
-    :func:`step_time` charges for them per micro-batch with none hidden
-    (``Cluster.dp_overlap = "none"``; gradients in fp32, the sweep's ``DEFAULT`` mixed
-    precision); a ``fixed`` near 0 would mean FSDP hid them.
-
-    Returns:
-        ``{model: {"fixed_s", "per_sequence_s", "points", "planner_collectives_s"}}``.
-    """
-    out: dict[str, dict[str, float]] = {}
-    for name in dict.fromkeys(r[0] for r in FOUNDRY_MB_SWEEP):
-        rows = [r for r in FOUNDRY_MB_SWEEP if r[0] == name]
-        xs = [float(r[4]) for r in rows]
-        ys = [r[4] * r[1] / r[7] for r in rows]  # seconds per micro-batch per GPU
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-                 / sum((x - mx) ** 2 for x in xs))
-        layers, d, heads, ratio, vocab = MPT_SHAPES[name]
-        seq, gpus = rows[0][1], rows[0][2]
-        model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
-                          vocab=vocab, seq=seq, positions=seq, source=FOUNDRY_MB_SWEEP_SOURCE)
-        lay = Layout(dp=gpus, zero=3, micro_batch=1)
-        t = step_time(model, lay, replace(named_cluster("a100-80gb"), dp_overlap="none"), gpus * 2,
-                      grad_bytes=4.0)  # DEFAULT: fp32; none hidden
-        out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
-                     "planner_collectives_s": t.terms["ZeRO-3 collectives"] / t.detail["micro_batches"]}
-    return out

@@ -29,6 +29,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -115,6 +116,17 @@ def pipeline_bias(rows: Mapping[str, tuple[float, Estimate, float, float]]) -> s
             "measured against the model's bubble and sends).")
 
 
+def _sign_needs(n: int) -> str:
+    """How many of ``n`` errors a two-sided sign test at :data:`SIGN_ALPHA` needs on one side."""
+    k = next((k for k in range(n // 2 + 1, n + 1)
+              if 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n <= SIGN_ALPHA), None)
+    if k is not None:
+        return f"A two-sided sign test at {SIGN_ALPHA:.0%} would need {k} of these {n} on one side."
+    need = next(m for m in range(1, 64) if 2 * 0.5 ** m <= SIGN_ALPHA)
+    return (f"A two-sided sign test at {SIGN_ALPHA:.0%} could not reject chance with {n}, even all on one "
+            f"side ({200 * 0.5 ** n:.3g}%): it needs {need} told apart, all on one side.")
+
+
 def one_sided(points: Mapping[str, tuple]) -> str:
     """Whether predictions err one way: ``points`` maps a name to ``(predicted, measured, unit)``
     or ``(predicted, measured, unit, low, high)``, the last two the measured figure's interval.
@@ -151,7 +163,7 @@ def one_sided(points: Mapping[str, tuple]) -> str:
         return f"Every measured interval holds its prediction ({every}): no error to read a sign from."
     if 0 < slow < n:
         return (f"{slow} of the {n} predictions told apart from their measurement lie below it and "
-                f"{n - slow} above ({where}): the errors fall on both sides.{apart}")
+                f"{n - slow} above ({where}): the errors fall on both sides.{apart} " + _sign_needs(n))
     if 2 * 0.5 ** n > SIGN_ALPHA:   # even all of them on one side would be no rarer than that
         need = next(k for k in range(1, 64) if 2 * 0.5 ** k <= SIGN_ALPHA)
         return (f"{'The 1 prediction' if n == 1 else f'All {n} predictions'} told apart from "

@@ -28,21 +28,19 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_explain import explain_round, phase_ms
+from perfkit.profiling._capstone_credit import credit
+from perfkit.profiling._capstone_pick import rank_picks
+from perfkit.profiling.capstone_explain import explain_round
 from perfkit.profiling.capstone_past import past_bound
 from perfkit.profiling.capstone_text import (
-    MIN_TESTABLE_SHARE,
-    SHARE_CAP,
+    MAX_TESTABLE_SHARE,  # noqa: F401 (named in next_fix's docstring)
+    MIN_TESTABLE_SHARE,  # noqa: F401 (imported from here by callers)
     WIDENED,
     Pick,
     Round,
     Total,
     job_peak,
-    loose_bound,
-    percent2,
-    reads_pick,
-    scaled_share,
-    unprofiled_factor,
+    reads_pick,  # noqa: F401 (named in next_fix's docstring)
 )
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
@@ -202,8 +200,10 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
 def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[str],
              available: Sequence[str], fix_for_finding: Mapping[str, Sequence[str]],
              peak: float) -> Pick | None:
-    """The worst finding above information level with a fix not in ``skip`` (applied, or
-    tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
+    """Of the findings above information level, the fix not in ``skip`` (applied, or tried and
+    measured below 1x) whose bound is largest: the gain it can remove, not the share of the finding
+    that named it (:func:`~perfkit.profiling._capstone_pick.rank_picks`); once none is left, the compute
+    fixes; ``None``: nothing left.
 
     Every waste fix's share is taken by one rule: its milliseconds in the profiled window over the
     unprofiled step (``unprofiled_factor``), the most it can take of an unprofiled step; where that
@@ -221,64 +221,7 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     check_real("peak", peak, 0, lo_open=True)
     if not isinstance(fix_for_finding, Mapping):
         raise TypeError(f"fix_for_finding must map finding kinds to fixes, got {fix_for_finding!r}")
-    usable = [f for f in available if f not in skip]
-    for f in report["findings"]:
-        if f["severity"] == "info":
-            continue
-        for fix in (x for x in fix_for_finding.get(f["kind"], ()) if x in usable):
-            slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # over an unprofiled step
-            if f["kind"] == fix == "sync":  # the reads, not the collective waited for between them
-                return reads_pick(report, fix, job.profiler_slowdown(report, result))
-            also = [k for k, fixes in fix_for_finding.items() if fix in fixes and k != f["kind"]
-                    and k in report["shares"]]
-            share = f["share"] + sum(report["shares"][k] for k in also)
-            if f["kind"] == "data":
-                comm = report["shares"].get("communication", 0.0)  # ranks waiting for the data
-                data, (share, most) = share, scaled_share(share + comm, slow)
-                return Pick("data", share, 1 / (1 - share),
-                            f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
-                            f"communication {comm:.1%} of a profiled step, {said}: the profiler does not "
-                            f"slow the data, and the collectives, which it may slow, take no longer without "
-                            f"it, {most}), removed", fix, ("data", "communication"),
-                            loose_bound(share, data + comm, slow), void=(data + comm) * slow >= SHARE_CAP)
-            names = " + ".join([f["kind"], *also])
-            profiled, (share, most) = share, scaled_share(share, slow)
-            tight = loose_bound(share, profiled, slow) if share >= MIN_TESTABLE_SHARE else (
-                f"the {f['kind']} finding fired on its count, not its time: a share of {profiled:.1%} of a "
-                f"profiled step, at most {share:.1%} of an unprofiled one, bounds the gain at "
-                f"{1 / (1 - share):.3g}x, closer to 1x than two runs of this job minutes apart repeat, so "
-                "any measurement would cross it by noise alone")
-            return Pick(f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
-                        f"the configuration the fix starts from), {said}: a phase takes no longer without "
-                        f"the profiler than with it, {most}, removed", fix, (f["kind"], *also), tight,
-                        void=profiled * slow >= SHARE_CAP)
-    compute = report["shares"]["forward"] + report["shares"]["backward"]
-    for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
-        if fix == "batch":
-            mfu = job.mfu(result, peak)
-            shown = percent2(mfu)
-            room = 100 / (float(shown.rstrip("%")) or 100 * mfu)  # 1 / MFU, as MFU is printed
-            if job.batch_factor is not None and job.batch_factor < 1 / mfu:  # the tighter of the two
-                k = job.batch_factor
-                return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
-                            f"get shorter: at most {k:g}x the tokens/s (the measured ceiling, the best rate "
-                            f"recorded on this machine and not a hard limit, leaves about {room:.2g}x: its "
-                            f"MFU {shown} in the run the fix was chosen from)", fix, (), by_tokens=True)
-            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {shown} can rise to 100 %",
-                        fix, (), f"MFU {shown} leaves about {room:.2g}x of room, while a larger batch "
-                        "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
-                        "peak is not what limits it")
-        slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # as every waste fix's
-        share, most = scaled_share(compute, slow)
-        return Pick("compute", share, 1 / (1 - share),
-                    f"Amdahl: forward + backward, {compute:.1%} of a profiled step, {said}: a phase takes "
-                    f"no longer without the profiler than with it, {most}, removed", fix,
-                    ("forward", "backward"),
-                    f"the bound counts all of forward and backward ({compute * slow:.1%} of an unprofiled "
-                    f"step), of which --fix {fix} changes a part the diagnosis does not measure apart",
-                    void=compute * slow >= SHARE_CAP)
-    return None
+    return rank_picks(report, result, job, [f for f in available if f not in skip], fix_for_finding, peak)
 
 
 @dataclass
@@ -296,7 +239,10 @@ class FixLoop:
     over its unprofiled steps' median; ``drifted``, the kept fixes whose round is ``Round.within_drift``;
     ``credited``, the kept fixes credited with a gain: the loop keeps a fix on its median alone, which keeps
     fixes on noise (a kept round is selected for reading high), so a kept fix is credited only where its
-    interval lies above 1x or the phases its bound counts fell; the others are applied, not credited.
+    interval lies above 1x or the parts its bound counts fell by more than the profiled steps' spread
+    (:func:`~perfkit.profiling._capstone_credit.credit`); the others are applied, not credited; ``credits``,
+    each kept fix's sentence saying which; ``runs``, every run in the order run, as ``(its fixes joined by
+    "+", or "none", tokens/s of its measured steps)``: how far runs of one configuration moved.
     """
 
     job: CapstoneJob
@@ -316,6 +262,8 @@ class FixLoop:
     repeats: list[tuple[str, float, float]] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
     credited: list[str] = field(default_factory=list)
+    credits: dict[str, str] = field(default_factory=dict)
+    runs: list[tuple[str, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -330,7 +278,8 @@ class FixLoop:
         self.rounds = [{"fixes": (), "report": report, "result": result}]
         self.factors = [self.job.profiler_slowdown(report, result)]
         self.slow_runs = [self.job.tokens_per_s(result)]
-        self.repeats, self.drifted, self.credited = [], [], []
+        self.runs = [("none", self.slow_runs[0])]
+        self.repeats, self.drifted, self.credited, self.credits = [], [], [], {}
         return report
 
     def play(self, announce: Callable[[int, Pick, str], object] | None = None) -> Round | None:
@@ -350,6 +299,9 @@ class FixLoop:
         if self.repeat_before:  # the previous configuration again: before, after, before
             befores.append(self.job.run(tuple(self.applied), to_target=False)[1])
         est = round_speedup(self.job, befores, result)
+        named = [("+".join((*self.applied, pick.fix)), result)] + [("+".join(self.applied) or "none", b)
+                                                                    for b in befores[1:]]  # in the order run
+        self.runs += [(name, self.job.tokens_per_s(x)) for name, x in named]
         self.factors.append(self.job.profiler_slowdown(report, result))
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
         tps = tuple(self.job.tokens_per_s(b) for b in befores)
@@ -373,8 +325,9 @@ class FixLoop:
             self.gains.append(est)
             self.kept_tps.append((pick.fix, r.before_tps, r.after_tps))
             self.drifted += [pick.fix] if r.within_drift else []
-            ms = [sum(phase_ms(x).get(k, 0.0) for k in pick.phases) for x in (last["report"], report)]
-            self.credited += [pick.fix] if est.clear_of(1.0, "x") == "above" or ms[1] < ms[0] else []
+            c = credit(pick, est, last["report"], report)
+            self.credited += [pick.fix] if c.credited else []
+            self.credits[pick.fix] = c.text
         else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est
         return r
@@ -404,6 +357,7 @@ class FixLoop:
                            "as for independent errors; adjacent rounds share a run, which moves their "
                            "ratios in opposite directions, so this overstates the width")
         runs = tuple(self.job.tokens_per_s(b) for b in befores)
+        self.runs += [("none", t) for t in runs[1:]]
         slow_tps = statistics.mean(runs)
         seams = [("the slow job", slow_tps, self.kept_tps[0][1])]
         seams += [(fix, after, nxt[1]) for (fix, _, after), nxt in zip(self.kept_tps, self.kept_tps[1:])]

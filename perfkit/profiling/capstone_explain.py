@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from perfkit._checks import check_items, check_real, check_type
+from perfkit.profiling._capstone_credit import bound_ms
 from perfkit.profiling.capstone_text import Pick, unprofiled_factor
 
 __all__ = ["explain_round", "phase_ms", "window_gain"]
@@ -343,10 +344,10 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                  f"{after_report.get('syncs_per_step', 0):.0f}" if "sync" in pick.phases else "")
         if pick.phases:
             moved = _moves(ms_before, ms_after, list(pick.phases))
-            together = (" (together {:.1f} -> {:.1f} ms)".format(*(sum(ms.get(k, 0.0) for k in pick.phases)
-                                                                  for ms in (ms_before, ms_after)))
-                        if len(pick.phases) > 1 else "")
             reads_fix = pick.kind == pick.fix == "sync"  # its bound leaves out the sync phase's wait
+            together = (" ({} {:.1f} -> {:.1f} ms)".format(
+                "the parts the bound counts" if reads_fix else "together",
+                *(bound_ms(pick, r) for r in (before_report, after_report))) if len(pick.phases) > 1 else "")
             decided = ((f"The {' and '.join(pick.phases)} phases (the bound counts the sync phase less its "
                         "wait with a collective in flight)" if reads_fix else "The bound's phases")
                        + f" went {moved}{together} per profiled step{syncs}.")

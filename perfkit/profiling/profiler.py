@@ -67,7 +67,11 @@ class ProfileConfig:
 
 @dataclass(frozen=True)
 class OpStat:
-    """One operator over the active steps; times in seconds, ``share`` of all self time."""
+    """One operator over the active steps; times in seconds, ``share`` of all operators' self time.
+
+    Ranges are not operators: the ``record_function`` ranges PyTorch or a user marks (the
+    optimizer's ``Optimizer.step#...``, ``enumerate(DataLoader)...``, ``ProfilerStep#N``, the
+    ``phase:NAME`` markers) are left out of the list and of the shares' denominator."""
 
     name: str
     calls: int
@@ -107,6 +111,15 @@ class ProfileResult:
     trace_path: Path
     top_ops: list[OpStat]
     breakdown: TraceBreakdown | None
+
+
+_RANGE_PREFIXES = (PHASE_PREFIX, "ProfilerStep", "Optimizer.", "enumerate(DataLoader)")  # not operators
+
+
+def _is_range(event: Any) -> bool:
+    """Whether a ``key_averages`` row is a ``record_function`` range rather than an operator: the
+    profiler's own flag where this torch sets it, else the names PyTorch's ranges carry."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.key.startswith(_RANGE_PREFIXES)
 
 
 def trace_events(trace: str | os.PathLike | Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -246,8 +259,7 @@ class Profiler:
     def _ready(self, prof: torch.profiler.profile) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(self.trace_path))
-        ops = [k for k in prof.key_averages()
-               if not k.key.startswith((PHASE_PREFIX, "ProfilerStep"))]
+        ops = [k for k in prof.key_averages() if not _is_range(k)]
         on_device = self.device.type == "cuda"
         total = sum(k.self_device_time_total if on_device else k.self_cpu_time_total
                     for k in ops) or 1.0

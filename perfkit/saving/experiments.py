@@ -46,6 +46,7 @@ from perfkit.saving.storage import WriteBandwidth, write_bandwidth
 from perfkit.saving.store import CheckpointError, complete_steps, latest, verify
 from perfkit.saving.training_state import TrainState
 from perfkit.stats import Estimate
+from perfkit.units import si
 
 __all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "copy_beside_limits", "goodput_curve", "killed_save",
            "save_costs", "small_state", "small_step", "with_fastest_copy"]
@@ -133,13 +134,12 @@ def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int)
     notebook 00's limits file: its DRAM ceiling (the best thread count on buffers no cache
     holds), its in-cache copy, and its copy nearest the state's size on the same threads; and
     which of the two copies near the state's size the staging floor takes
-    (:func:`with_fastest_copy`: the faster).
+    (:func:`with_fastest_copy`: the faster); where that copy ran faster than the DRAM ceiling,
+    that caches served part of it, and that the floor is then one for the caches, not DRAM.
 
     Raises:
         TypeError, ValueError: a bad argument.
     """
-    from perfkit.units import si
-
     check_type("costs", costs, SaveCosts)
     check_type("limits", limits, hw.MachineLimits)
     check_int("threads", threads, 1)
@@ -159,6 +159,12 @@ def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int)
     if near is not None and near.best_bytes_per_s > costs.copy_bytes_per_s:
         out += (f" The staging floor takes the faster, {si(near.best_bytes_per_s, 'B/s')}: a floor holds "
                 "only at the fastest rate seen.")
+    if with_fastest_copy(costs, limits, threads).copy_bytes_per_s > limits.copy_bytes_per_s:
+        llc = f"a last-level cache the OS reports as {si(limits.llc_bytes, 'B')}" if limits.llc_bytes else \
+            "a last-level cache whose size the limits file does not record"
+        out += (" That copy ran faster than the DRAM ceiling, so caches served part of it (a copy of the "
+                f"state reads and writes {si(2 * costs.state_bytes, 'B')}, against {llc}): the staging floor "
+                "built on it is a floor for this machine's caches, not for DRAM.")
     return out
 
 

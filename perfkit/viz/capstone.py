@@ -29,13 +29,13 @@ from perfkit.stats import Estimate
 from perfkit.units import si_beside, si_interval
 from perfkit.verdict import Prediction
 from perfkit.viz.capstone_tally import context_outcome, repeats_text, round_context, tally_text
-from perfkit.viz.capstone_target import ceiling_text, headline_rate, target_context, target_text
+from perfkit.viz.capstone_target import ceiling_text, headline_rate, plot_runs, target_context, target_text
 from perfkit.viz.core import tidy
 
 __all__ = [
     "ceiling_text", "context_outcome", "headline_rate", "cumulative_speedups", "dropped_text", "pick_text",
-    "plot_time_to_target", "plot_waterfall", "round_context", "round_prediction", "round_text", "runs_text",
-    "seams_text",
+    "plot_runs", "plot_time_to_target", "plot_waterfall", "round_context", "round_prediction", "round_text",
+    "runs_text", "seams_text",
     "show_pick", "show_round", "tally_text", "target_context", "target_text", "total_text", "waterfall_shares"
 ]
 
@@ -104,9 +104,10 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         unit: what the speedup is of (the y label).
         total: the whole gain measured directly (``None``: the rounds' product is the total).
         unresolved: the fixes applied but not credited (:attr:`FixLoop.credited`: an interval
-            that holds 1x and phases that did not fall): drawn grey and labelled so, since the run
-            cannot tell their gain from none; the other gains are then credited ones (``None``:
-            none judged). A legend below the axes names the colours.
+            that holds 1x, and the parts of the step its bound counts fell by no more than the
+            profiled steps' spread, :func:`~perfkit.profiling._capstone_credit.credit`): drawn grey
+            and labelled so, since the run cannot tell their gain from none; the other gains are
+            then credited ones (``None``: none judged). A legend below the axes names the colours.
         intervals: each step's speedup interval ``(low, high)``, in the order of ``steps``: drawn
             as a line through the bar's top, from the running product before it times ``low``
             to it times ``high`` (``None``, or ``low == high``, an estimate without interval: none
@@ -152,8 +153,9 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         bars.append((DRIFT, product, total))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(bars) + 2.6), 4.3))  # room for a long title
     names = [b[0] for b in bars] + ["total"]
-    legend = {_UP: "a gain: interval above 1x, or its phases fell" if judged else "faster",
-              _FLAT: "applied, not credited: interval holds 1x and its phases did not fall",
+    legend = {_UP: "a gain: interval above 1x, or its bound's parts fell past the steps' spread" if judged
+              else "faster",
+              _FLAT: "applied, not credited: interval holds 1x, its bound's parts within the steps' spread",
               _WITHIN: "a gain, but no larger than its runs before lay apart",
               _DOWN: "slower", _DRIFT_COLOR: "drift between runs (the seams), not a fix",
               _TOTAL: "total" + (", measured directly" if direct else "")}

@@ -1,6 +1,7 @@
 """The capstone's readings of its last run: the time to the target against tokens/s on the same
-two runs, that time beside its expectation as context (one run a side: no verdict), and forward +
-backward against the ceiling, read over the unprofiled step and the profiled window.
+two runs, that time beside its expectation as context (one run a side: no verdict), forward +
+backward against the ceiling, read over the unprofiled step and the profiled window, and every
+run's tokens/s in the order run (:func:`plot_runs`), where the drift between runs shows.
 
 Consumes numbers the capstone notebook measured; nothing here measures. Re-exported by
 :mod:`perfkit.viz.capstone` and (``target_text``) :mod:`perfkit.viz`.
@@ -11,18 +12,25 @@ Usage::
     print(target_context(3.04, 1.59, pair, batch_kept=True))
     print(ceiling_text(0.661, 0.0301, 0.0489, 0.0055, 205e9))
     print(headline_rate(total, {"slow": (6.5, 41216), "fixed": (1.7, 65536)}))
+    fig = plot_runs([("none", 9800.0), ("data", 18900.0), ("none", 10100.0)])
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
-from perfkit._checks import check_real, check_type
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Total
 from perfkit.stats import MIN_SAMPLES, Estimate
 from perfkit.units import si
+from perfkit.viz.core import tidy
 
-__all__ = ["ceiling_text", "headline_rate", "target_context", "target_text"]
+__all__ = ["ceiling_text", "headline_rate", "plot_runs", "target_context", "target_text"]
 
 
 def ceiling_text(fb_share: float, step_s: float, window_s: float, at_peak_s: float, peak: float) -> str:
@@ -210,3 +218,45 @@ def headline_rate(t: Total, reach: Mapping[str, tuple[float, int] | None] | None
                   f"out, the slow run made {own_s:.2f}x the tokens/s of its measured steps, the fixed run "
                   f"{own_f:.2f}x)" + (" and the direct figure's baseline, the mean of the slow job's runs"
                                       if len(t.slow_runs_tps) > 1 else ""))
+
+
+def plot_runs(runs: Sequence[tuple[str, float]], title: str = "") -> Figure:
+    """Every run's tokens/s in the order run (``runs``: ``(configuration, tokens/s)``,
+    :attr:`~perfkit.profiling.capstone.FixLoop.runs`), one marker each, coloured and labelled by
+    configuration, the runs of one configuration joined by a line: how far runs of one
+    configuration moved between rounds (the drift), beside how far the fixes moved them.
+
+    Raises:
+        TypeError, ValueError: for ``runs`` that are not ``(name, tokens/s > 0)`` pairs, or a
+            ``title`` that is not a str.
+    """
+    check_type("title", title, str)
+    for i, r in enumerate(check_items("runs", runs)):
+        if not (isinstance(r, tuple | list) and len(r) == 2 and isinstance(r[0], str)):
+            raise ValueError(f"runs[{i}] must be (configuration, tokens/s), got {r!r}")
+        check_real(f"runs[{i}] tokens/s", r[1], 0, lo_open=True)
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.45 * len(runs) + 2.5), 3.6))
+    configs = list(dict.fromkeys(name for name, _ in runs))
+    for k, name in enumerate(configs):
+        pts = [(i + 1, t) for i, (n, t) in enumerate(runs) if n == name]
+        xs, ys = zip(*pts, strict=True)
+        ax.plot(xs, ys, marker="o", ms=6, lw=0.8, ls="--" if len(pts) > 1 else "", color=f"C{k % 10}",
+                label=f"{name} ({len(pts)} run{'s' * (len(pts) > 1)})", zorder=3)
+    ax.set_yscale("log")
+    lo, hi = min(t for _, t in runs) / 1.1, max(t for _, t in runs) * 1.1
+    ax.set_ylim(lo, hi)
+    for subs in ((1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5), (1, 2, 5), (1,)):  # finest, <= 8
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in subs if lo <= m * 10.0 ** e <= hi]
+        if len(ticks) <= 8:
+            break
+    ax.set_yticks(ticks, [f"{t:,.0f}" for t in ticks])
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xticks(range(1, len(runs) + 1))
+    ax.set_xlabel("run, in the order run")
+    ax.set_ylabel("tokens/s, measured steps (log scale)")
+    ax.set_title(title or "Every run's tokens/s in the order run, by configuration")
+    ax.legend(title="fixes applied", fontsize=8, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return tidy(fig)

@@ -25,22 +25,27 @@ from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, judge
+from perfkit.viz.claims_control import control_order_text, control_text
 from perfkit.viz.claims_text import (
     bucket_figure,
     bucket_source_text,
     control_gap_text,
     gap_statuses,
+    identical_work_reach,
     ops_gap_text,
     order_gap_text,
     others_side_text,
     pair_order_text,
+    reweighed_statuses,
+    reweighed_text,
     same_work_text,
 )
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "bucket_figure", "bucket_source_text", "claims_headlines", "claims_table_rows",
            "control_gap_text", "control_order_text",
-           "control_text", "floor_context", "ops_gap_text", "order_gap_text", "others_side_text",
+           "control_text", "floor_context", "identical_work_reach", "reweighed_statuses", "reweighed_text",
+           "ops_gap_text", "order_gap_text", "others_side_text",
            "pair_order_text", "plot_claims", "plot_claims_forest", "same_layout_text", "same_work_text",
            "show_claim",
            "show_claims_table",
@@ -89,19 +94,29 @@ def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, s
             for name, v in verdicts.items()]
 
 
-def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
-    """Display the summary table: claim, typical statement, measured here, verdict.
+def show_claims_table(verdicts: Mapping[str, ClaimVerdict], weighed: Mapping[str, str] | None = None,
+                      by: str = "") -> None:
+    """Display the summary table: claim, typical statement, measured here, verdict; with
+    ``weighed`` (name -> the status a timed verdict gets weighed by another error), a last column
+    headed ``by`` with it ("not timed" for the rows it does not name).
 
     Raises:
-        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
+        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts, or a
+            ``weighed`` without a ``by``.
     """
     from IPython.display import display
 
+    if weighed is not None and (not isinstance(weighed, Mapping) or not isinstance(by, str) or not by):
+        raise ValueError("weighed must map claim names to statuses, with by naming the column")
     rows = claims_table_rows(verdicts)
-    head = "".join(f"<th>{h}</th>" for h in ("claim", "typical statement", "measured here", "verdict"))
+    extra = [] if weighed is None else [weighed.get(r[0], "not timed") for r in rows]
+    head = "".join(f"<th>{h}</th>" for h in ("claim", "typical statement", "measured here", "verdict",
+                                             *([by] if extra else [])))
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r[:3])
-                   + f"<td><b>{_MARK[r[3]]} {html.escape(r[3])}</b></td></tr>" for r in rows)
-    text = "\n".join(" | ".join(r) for r in rows)
+                   + f"<td><b>{_MARK[r[3]]} {html.escape(r[3])}</b></td>"
+                   + (f"<td>{html.escape(extra[i])}</td>" if extra else "") + "</tr>"
+                   for i, r in enumerate(rows))
+    text = "\n".join(" | ".join([*r, *extra[i:i + 1]]) for i, r in enumerate(rows))
     display({"text/html": f"<table><tr>{head}</tr>{body}</table>", "text/plain": text}, raw=True)
 
 
@@ -122,72 +137,6 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
             + ("" if v.judged else "not judged: its figure, ") + v.measured_text
             + ("" if v.judged else ", says nothing about the advice here") + ")"
             for name, v in verdicts.items()}
-
-
-def control_order_text(pin: PinTiming) -> str:
-    """What the A/A control's rounds of each order, taken apart, say: how much a round's second
-    loop took longer (the position effect, which the balanced ratio cancels by design), and where
-    both orders read on one side of 1x by more than that effect, that the gap between identical
-    loops is not the position's.
-
-    Raises:
-        TypeError, ValueError: for a ``pin`` that is not a PinTiming, or one whose loops ran
-            different code (no control).
-    """
-    if not isinstance(pin, PinTiming):
-        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
-    if not pin.same_code:
-        raise ValueError("pin must time one loop against itself (no CUDA): it is no control otherwise")
-    a, b = pin.by_order().values()  # pageable first, pinned first: here two copies of one unpinned loop
-    second, aa = pin.position_effect(), pin.speedup().value
-    longer = f"{abs(second):.1%} {'longer' if second >= 0 else 'less'}"
-    out = (f"the rounds of one order apart (copies A and B: the same unpinned loop, in claim 12's pageable "
-           f"and pinned places): A first {a.text('x')}; B first {b.text('x')}: ") + (
-        f"the second loop of a round took {longer} than the first (the same code), beyond the two intervals; "
-        "the balanced ratio above cancels it by design" if a.high < b.low or b.high < a.low else
-        f"their intervals overlap (by the medians a round's second loop took {longer}): no position effect "
-        "shows beyond this run's noise")
-    if (a.value < 1) == (b.value < 1) and abs(1 - aa) > abs(second):
-        out += (f"; both orders' medians read {'below' if aa < 1 else 'above'} 1x ({a.value:.4f}x and "
-                f"{b.value:.4f}x), so the {abs(1 - aa):.1%} between "
-                f"identical loops is not the round's position ({abs(second):.1%}): noise, or rounds that "
-                "drift together (not independent draws, which makes an order-statistic interval too narrow); "
-                "this run does not tell which, and the lines below weigh it as this design's own error")
-    return out
-
-
-def control_text(pin: PinTiming, edge: float, target: float | None = None) -> str:
-    """What the A/A control says about every timed verdict after it: how far identical loops read
-    apart (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim
-    without a number must show, as a fraction) and, given, the ``target`` the design was predicted
-    to keep within (a fraction): past it, the sentence says the reach passed it, as a reach, not a
-    verdict (the A/A prediction judges the figure with its interval); and that each
-    timed verdict on the advice is weighed by that reach (:func:`perfkit.verdict.assess`'s ``error``).
-
-    Raises:
-        TypeError, ValueError: for a ``pin`` that is not a control (see
-            :func:`control_order_text`), or an ``edge`` or ``target`` that is not a number > 0.
-    """
-    control_order_text(pin)  # the same checks
-    for name, v in (("edge", edge), ("target", 1.0 if target is None else target)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{name} must be a number > 0, got {v!r}")
-    aa, reach = pin.speedup(), pin.reach()
-    missed = target is not None and reach > target
-    share = (f" (how far the interval reaches against what the design aimed for, not the verdict above, "
-             f"which judges the figure, {aa.value:.3f}x, with its interval)" if missed else "")
-    aim = ("" if target is None else f"{'past' if missed else 'within'} the {target:.0%} the design was "
-           f"predicted to keep{share}; ")
-    return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: {aim}" + (
-        f"under the {edge:.0%} a claim without a number must show (FASTER), so by this control this "
-        "design's own error alone cannot push such a claim past its edge" if reach < edge else
-        f"at least the {edge:.0%} a claim without a number must show (FASTER), so this design's own error "
-        "alone could push such a claim past its edge") + ". Each timed verdict on the advice below is "
-        f"weighed by it: an interval within {reach:.1%} of the edge that decides it (no effect, or the "
-        f"promise) is not asserted past that edge. That {reach:.1%} is the paired noise of one "
-        "single-process loop within one run: where a claim compares separate runs, processes or orders, "
-        "its own spread can be wider, and a claim that measured one prints it beside its verdict; "
-        "comparisons of identical work later in this notebook read the design's error again.")
 
 
 def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:
@@ -271,6 +220,9 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
     return tidy(fig)
 
 
+BAND_MIN = 1.03  # a promise's band is drawn at least this factor either side of its centre
+
+
 def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") -> Figure:
     """Each claim measured in ``unit`` as one row: what the advice promises (a band from its
     low to its high end, open ends to the axis edge), the measured figure coloured by its
@@ -279,7 +231,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     and its interval where it has one; log scale. A dashed tick on a row marks that
     claim's no-effect value (``Claim.partly``: 1x for a speedup) where it names one; a ratio
     whose promise is a multiple (Adam's state at 2x the weights) has none, so no line is drawn
-    across every row.
+    across every row. A promise narrower than :data:`BAND_MIN` either side of its centre is drawn
+    that wide, outlined dotted (the x label says so); the figures are drawn above every line.
 
     Args:
         verdicts: claim name -> its verdict; those in another unit, and those whose figure has
@@ -307,15 +260,19 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     for y, (_, v) in enumerate(rows):
         a = v.claim.low if v.claim.low is not None and v.claim.low > 0 else lo
         b = v.claim.high if v.claim.high is not None else hi
-        ax.barh(y, b - a, left=a, height=0.6, color="#dddddd", zorder=1)
+        widened = b / a < BAND_MIN ** 2  # a hairline on a log axis: drawn BAND_MIN either side of its centre
+        if widened:
+            a, b = math.sqrt(a * b) / BAND_MIN, math.sqrt(a * b) * BAND_MIN
+        ax.barh(y, b - a, left=a, height=0.6, color="#dddddd", zorder=1, ec="0.45" if widened else "none",
+                lw=0.8, ls=":")
         if v.spread is not None:  # a line with a cap at each end: a narrow one still shows beside the dot
             ax.plot(v.spread, [y, y], color=_COLOR[v.status], lw=2, zorder=2)
             for end in v.spread:
                 ax.plot([end, end], [y - 0.25, y + 0.25], color=_COLOR[v.status], lw=1.5, zorder=2)
-        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec=_REFUTED if v.refuted else "white",
-                mew=1.5 if v.refuted else 0.8, zorder=3)  # its side of no effect undecided: ringed grey
+        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=6, mec=_REFUTED if v.refuted else "white",
+                mew=1.5 if v.refuted else 0.8, zorder=5)  # above every line; no-effect side undecided: ring
         if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
-            ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=4)  # on top
+            ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=4)  # below
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
     ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
@@ -324,7 +281,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     ax.set_yticks(range(len(rows)), [textwrap.fill(k, 36) for k, _ in rows], fontsize=8)  # long names wrapped
     ax.invert_yaxis()
     ax.set_xlabel(f"measured here ({unit}, log scale; capped line: its interval)\ngrey band: what the "
-                  "advice promises; dashed tick: the claim's no-effect value")
+                  f"advice promises (one narrower than {BAND_MIN - 1:.0%} either side of its centre is drawn "
+                  "that wide, outlined dotted); dashed tick: the claim's no-effect value")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
     if any(v.refuted for _, v in rows):

@@ -3,8 +3,11 @@ against a reference weighed by the A/A control (:func:`control_gap_text`), again
 ops timed alone (:func:`ops_gap_text`), and where a median of order-balanced pairs lies against
 each order's median (:func:`pair_order_text`), a verdict weighed by the gap between its orders
 (:func:`order_gap_text`), where other statistics of an undecided figure
-lie (:func:`others_side_text`), and what a larger DDP bucket cap's gain comes from
-(:func:`bucket_figure`, :func:`bucket_source_text`). Re-exported by :mod:`perfkit.viz.claims`.
+lie (:func:`others_side_text`), what a larger DDP bucket cap's gain comes from
+(:func:`bucket_figure`, :func:`bucket_source_text`), and which timed verdicts would change status
+weighed by the largest reading of identical work instead of the A/A control's reach
+(:func:`identical_work_reach`, :func:`reweighed_statuses`, :func:`reweighed_text`). Re-exported
+by :mod:`perfkit.viz.claims`.
 
 Usage::
 
@@ -17,13 +20,14 @@ import math
 import statistics
 from collections.abc import Mapping
 
+from perfkit._checks import check_real, check_type
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
-from perfkit.verdict import Claim, assess
+from perfkit.verdict import Claim, ClaimVerdict, assess
 
 __all__ = ["bucket_figure", "bucket_source_text", "control_gap_text", "gap_statuses",
-           "ops_gap_text", "order_gap_text", "others_side_text",
-           "pair_order_text", "same_work_text"]
+           "identical_work_reach", "ops_gap_text", "order_gap_text", "others_side_text",
+           "pair_order_text", "reweighed_statuses", "reweighed_text", "same_work_text"]
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
@@ -51,6 +55,74 @@ def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str 
                   f", within the A/A control's {reach:.1%}: not asserted")
 
 
+def _apart(readings: Mapping[str, float | Estimate]) -> dict[str, float]:
+    """How far each reading of identical work lies from 1x (see :func:`same_work_text`)."""
+    if not isinstance(readings, Mapping):
+        raise TypeError(f"readings must map names to ratios, got {type(readings).__name__}")
+    apart = {}
+    for name, r in readings.items():
+        if isinstance(r, Estimate) and r.has_interval and 0 < r.low <= r.high < math.inf:
+            apart[name] = max(1 - r.low, r.high - 1, 0.0)
+            continue
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+            raise ValueError(f"readings[{name!r}] must be a finite ratio > 0 or an Estimate of one with an "
+                             f"interval, got {r!r}")
+        apart[name] = max(r, 1 / r) - 1
+    return apart
+
+
+def identical_work_reach(pin: PinTiming, readings: Mapping[str, float | Estimate]) -> float | None:
+    """The largest of the A/A control's reach and how far each of ``readings`` (as
+    :func:`same_work_text` reads them) lies from 1x: the least this design's own error reaches by
+    every reading of identical work. ``None`` without a control (CUDA).
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a PinTiming or a bad reading.
+    """
+    check_type("pin", pin, PinTiming)
+    apart, reach = _apart(readings), pin.reach()
+    return None if reach is None else max([reach, *apart.values()])
+
+
+def reweighed_statuses(judged: Mapping[str, tuple[Claim, float | Estimate, Mapping]],
+                       verdicts: Mapping[str, ClaimVerdict], error: float) -> dict[str, tuple[str, str]]:
+    """For each timed claim of ``judged`` (name -> ``(claim, measured, assess's other keywords)``)
+    whose verdict judged it, ``(its status in verdicts, the status assess gives weighed by error
+    instead)``.
+
+    Raises:
+        TypeError, ValueError: for a ``judged`` name not in ``verdicts``, or as :func:`assess`.
+    """
+    check_type("judged", judged, Mapping)
+    check_real("error", error, 0)
+    out = {}
+    for name, (claim, measured, kw) in judged.items():
+        if name not in verdicts:
+            raise ValueError(f"judged[{name!r}] has no verdict")
+        if claim.timed and verdicts[name].judged:
+            out[name] = (verdicts[name].status, assess(claim, measured, **{**kw, "error": error}).status)
+    return out
+
+
+def reweighed_text(statuses: Mapping[str, tuple[str, str]], error: float, control: float) -> str:
+    """Which timed verdicts (``statuses``, :func:`reweighed_statuses`) would change status weighed by
+    ``error`` (the largest reading of identical work) instead of ``control`` (the A/A control's
+    reach), named with both statuses, or that none would.
+
+    Raises:
+        TypeError, ValueError: for ``error`` or ``control`` that is not a finite number >= 0.
+    """
+    check_real("error", error, 0)
+    check_real("control", control, 0)
+    changed = {n: s for n, s in statuses.items() if s[0] != s[1]}
+    head = (f"Weighed by {error:.1%}, the largest reading of identical work, instead of the A/A control's "
+            f"{control:.1%}, of the {len(statuses)} timed verdict(s) so far: ")
+    if not changed:
+        return head + "none changes status."
+    return head + f"{len(changed)} would change: " + "; ".join(
+        f"{n}: {a} -> {b}" for n, (a, b) in changed.items()) + "."
+
+
 def same_work_text(pin: PinTiming, readings: Mapping[str, float], est: Estimate, what: str,
                    than: str) -> str:
     """How far identical work read apart across the notebook, and ``est``'s interval against 1x
@@ -73,17 +145,7 @@ def same_work_text(pin: PinTiming, readings: Mapping[str, float], est: Estimate,
     for name, v in (("what", what), ("than", than)):
         if not isinstance(v, str) or not v:
             raise ValueError(f"{name} must be a non-empty str, got {v!r}")
-    if not isinstance(readings, Mapping):
-        raise TypeError(f"readings must map names to ratios, got {type(readings).__name__}")
-    apart = {}
-    for name, r in readings.items():
-        if isinstance(r, Estimate) and r.has_interval and 0 < r.low <= r.high < math.inf:
-            apart[name] = max(1 - r.low, r.high - 1, 0.0)
-            continue
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
-            raise ValueError(f"readings[{name!r}] must be a finite ratio > 0 or an Estimate of one with an "
-                             f"interval, got {r!r}")
-        apart[name] = max(r, 1 / r) - 1
+    apart = _apart(readings)
     reach = pin.reach()
     if reach is None:
         return ""

@@ -23,36 +23,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
 from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.compute.intensity import dram_on_threads  # re-exported: the notebooks draw roofs with it
 from perfkit.compute.kernels import AttentionPoint, attention_matrix_bytes
-from perfkit.hw import MachineLimits, credited_dram
+from perfkit.hw import MachineLimits
 from perfkit.viz.compute_shapes import alignment_line, plot_shape_sweep
 from perfkit.viz.core import Choice, WidgetSpec, plot_roofline, si, tidy
 
 __all__ = ["alignment_line", "attention_table", "compute_widget", "dram_on_threads", "loss_lines",
            "plot_attention_sweep", "plot_break_even", "plot_loss_curves", "plot_shape_sweep",
            "plot_throughput", "plot_thread_roofline", "throughput_lines"]
-
-
-def dram_on_threads(limits: MachineLimits, threads: int | None) -> float | None:
-    """The DRAM roof of ``threads`` intra-op threads, in counted bytes per second: the fastest
-    copy or ``x + y`` of the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`) that the
-    limits keep on that thread count (each point's fastest tenth; an add credited at most 9/8 of
-    the copy, :func:`perfkit.hw.credited_dram`), never above the all-core DRAM ceiling. ``None``
-    for ``threads`` ``None`` (all cores, or a GPU) or where none was measured on those threads.
-
-    Raises:
-        TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
-    """
-    check_type("limits", limits, MachineLimits)
-    if threads is None:
-        return None
-    check_int("threads", threads, 1)
-    pts = [p for p in limits.copy_points if p.threads == threads and p.nbytes == limits.dram_nbytes]
-    if not pts:
-        return None
-    best = max(pts, key=lambda p: p.best_bytes_per_s)
-    rate, _ = credited_dram(best.best_bytes_per_s, best.source or best.where, pts, limits.dram_nbytes)
-    return min(rate, limits.copy_bytes_per_s)
 
 
 def plot_thread_roofline(limits: MachineLimits, threads: int | None,

@@ -149,7 +149,7 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
     for name, v in (least_ms or {}).items():  # a bound of one variant's own: across its bar only
         i = names.index(name)
         ax.plot([v, v], [i - 0.45, i + 0.45], color="tab:purple", lw=2.5, zorder=3,
-                label=f"least step judged for {name}: {v:.1f} ms")
+                label=f"least step judged for {name}: {v:.2f} ms")
     for i, n in enumerate(names):  # on a white box above the model lines, which can cross a bar's end
         ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8, zorder=4,
                 bbox=dict(facecolor="white", edgecolor="none", pad=1))

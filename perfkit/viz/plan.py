@@ -151,7 +151,7 @@ def plot_step_differences(rows: Mapping[str, tuple], base: str = "DDP",
     ax.set_ylim(-0.6, len(checked) - 0.4)
     ax.axvline(0, color="k", lw=0.5)
     ax.set_xlabel(f"step minus {base}'s step, paired by round (ms)")
-    ax.set_title(f"Each layout's step over {base}'s: measured, predicted and the window", fontsize=9)
+    ax.set_title(f"Each layout's step minus {base}'s: measured, predicted and the window", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     return tidy(fig)

@@ -21,6 +21,7 @@ from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.traffic import Traffic
 from perfkit.parallel.tp_costs import crossover_width, tp_block_cost
 from perfkit.stats import Estimate
+from perfkit.verdict import Prediction
 from perfkit.viz.core import IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["plot_tp_crossover", "tp_widget", "traffic_table"]
@@ -33,7 +34,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
                       measured: Mapping[float, Estimate | float] | None = None,
                       bounds: Mapping[float, float] | None = None,
                       comm: Mapping[float, float] | None = None,
-                      blocks: Mapping[float, tuple[float, float]] | None = None) -> Figure:
+                      blocks: Mapping[float, tuple[float, float]] | None = None,
+                      predicted: Prediction | None = None, crossing: Estimate | None = None) -> Figure:
     """One block's forward and backward time against the width: the model's unsplit, split
     ``t`` ways (compute / t + 4 all-reduces from the fit ``link``) and all-reduces alone, its
     crossover marked; beside it what was measured, where given.
@@ -51,6 +53,10 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
             as crosses beside the fit's line (what the calls took against what the fit charges).
         blocks: ``(unsplit, split)`` seconds measured at each width, drawn as points on the
             time axis beside the model's lines.
+        predicted: the judged prediction of the crossing width, drawn on the speedup axis as a
+            line at its value (where it has one) over its band, shaded.
+        crossing: the measured crossing width (where the measured speedups cross 1x), drawn on
+            the speedup axis as a line over its interval, shaded.
 
     Raises:
         TypeError, ValueError: for arguments out of range, named.
@@ -67,10 +73,12 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     calls = {check_real("comm width", w, 0, lo_open=True): check_real("comm seconds", c, 0, lo_open=True)
              for w, c in (comm or {}).items()}
     timed = {check_real("blocks width", w, 0, lo_open=True): _pair(v) for w, v in (blocks or {}).items()}
+    check_type("predicted", predicted, Prediction, optional=True)
+    check_type("crossing", crossing, Estimate, optional=True)
     scaled = AlphaBeta(link.alpha_s, link.bandwidth * bandwidth_scale)
     widths = np.geomspace(*WIDTHS, 60)
     costs = [tp_block_cost(float(w), t, tokens, seq, flops_per_s, scaled) for w in widths]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.4))
     un, = ax.loglog(widths, [c.compute_s for c in costs], label="unsplit block (model)")
     sp, = ax.loglog(widths, [c.tp_s for c in costs], label=f"split {t} ways: compute / {t} + comm (model)")
     cm, = ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone (the fit)")
@@ -93,6 +101,18 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     for a in (ax, ax2):
         if cross is not None and WIDTHS[0] <= cross <= WIDTHS[1]:
             a.axvline(cross, color="red", lw=0.8, label=f"the model's crossover C = {cross:,.0f}")
+    if predicted is not None:
+        lo, hi = (min(max(x, WIDTHS[0]), WIDTHS[1]) for x in predicted.bounds())
+        ax2.axvspan(lo, hi, color="tab:purple", alpha=0.12, lw=0)
+        if predicted.value is not None:
+            ax2.axvline(predicted.value, color="tab:purple", ls="--", lw=1.0,
+                        label=f"judged prediction C = {predicted.value:,.0f} (band shaded)")
+    if crossing is not None:
+        if crossing.has_interval:
+            ax2.axvspan(crossing.low, crossing.high, color="tab:green", alpha=0.15, lw=0)
+        span = f" ({crossing.low:,.0f} to {crossing.high:,.0f}, shaded)" if crossing.has_interval else ""
+        ax2.axvline(crossing.value, color="tab:green", lw=1.2,
+                    label=f"measured crossing C = {crossing.value:,.0f}{span}")
     if marks:
         ax2.plot(list(marks), list(marks.values()), "o", mfc="none", mec="k",
                  label="bound: each width's measured compute and calls")
@@ -107,8 +127,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     top = max([t * 1.1, *marks.values(), *(1.1 * float(v.high if isinstance(v, Estimate) else v)
                                           for v in points.values())])
     ax2.set(xlabel="width C", ylabel="speedup of the split block", ylim=(0, top))
-    ax.legend(fontsize=8)
-    ax2.legend(fontsize=8)
+    ax.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))   # beside the panel, off the points
     fig.tight_layout()
     return tidy(fig)
 

@@ -20,6 +20,7 @@ from typing import Any
 from perfkit.viz.core import si
 from perfkit.viz.zero_edge import (
     StageEdge,
+    after_backward_edge,
     broadcast_sentence,
     call_cost,
     calls_per_step,
@@ -29,7 +30,8 @@ from perfkit.viz.zero_edge import (
     stage_edge,
 )
 
-__all__ = ["StageEdge", "broadcast_sentence", "bytes_lines", "call_cost", "calls_per_step", "calls_sentence",
+__all__ = ["StageEdge", "after_backward_edge", "broadcast_sentence", "bytes_lines", "call_cost",
+           "calls_per_step", "calls_sentence",
            "gloo_bytes_sentence", "gloo_calls_note", "gloo_calls_per_step", "gloo_sent_bytes",
            "optimizer_table", "other_edge_text", "ranking_note", "sent_bytes", "stage_edge", "stage_table"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from perfkit._checks import check_int, check_real, check_type
 from perfkit.viz.core import si
 
-__all__ = ["StageEdge", "broadcast_sentence", "call_cost", "calls_per_step", "gloo_calls_note",
-           "gloo_calls_per_step", "other_edge_text", "stage_edge"]
+__all__ = ["StageEdge", "after_backward_edge", "broadcast_sentence", "call_cost", "calls_per_step",
+           "gloo_calls_note", "gloo_calls_per_step", "other_edge_text", "stage_edge"]
 
 
 def calls_per_step(r: Any) -> int:
@@ -75,6 +75,9 @@ class StageEdge:
             from which ``bytes_s`` was taken (half their difference per all-gather); ``None``
             where not given.
         calls_note: how ``calls`` was counted, a clause printed after it (:func:`gloo_calls_note`).
+        all_reduces: for stage 1 communicating after the whole backward (:func:`after_backward_edge`),
+            the all-reduces' worth of bytes it moves there, all charged unhidden (``bytes_s``); 0 for
+            the stages built by :func:`stage_edge`, whose reduce-scatters overlap backward.
     """
 
     stage: int
@@ -87,6 +90,7 @@ class StageEdge:
     link_s: float | None = None
     lone_s: float | None = None
     calls_note: str = ""
+    all_reduces: float = 0.0
 
     @property
     def edge(self) -> float:
@@ -97,8 +101,12 @@ class StageEdge:
         """The edge as a sum of its measured parts."""
         gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
                   "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
+        times = "twice half" if self.stage == 3 else "half"
+        if self.all_reduces:
+            gather = f"{self.all_reduces:.2f} all-reduces' bytes moved after the whole backward"
+            times = f"{self.all_reduces:.2f} x"
         how = ("" if self.link_s is None or self.lone_s is None else
-               f"{'twice ' if self.stage == 3 else ''}half of (the gradient's all-reduce, "
+               f"{times}{'' if self.all_reduces else ' of'} (the gradient's all-reduce, "
                f"{si(self.link_s, 's')}, less a 4-byte call's {si(self.lone_s, 's')}, its latency "
                "charged with the calls): ")
         return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({how}{si(self.bytes_s, 's')}), "
@@ -139,16 +147,17 @@ class StageEdge:
         explain all of ``rest``; where that factor exceeds 2, also how much of ``rest`` twice
         the all-reduce's time per byte would explain, so that a reader can set notebook 03's
         printed factor against it. ``""`` where the edge charges no all-gather bytes."""
-        if self.bytes_s <= 0:
+        gather_s = self.bytes_s / (2 * self.all_reduces) if self.all_reduces else self.bytes_s  # s
+        if gather_s <= 0:
             return ""
         n = "its two all-gathers" if self.stage == 3 else "its all-gather"
-        twice = ("" if self.bytes_s >= rest else
-                 f"at twice the all-reduce's time per byte it would explain {si(self.bytes_s, 's')} "
-                 f"({round(100 * self.bytes_s / rest)}%) of the {si(rest, 's')}; ")
+        twice = ("" if gather_s >= rest else
+                 f"at twice the all-reduce's time per byte it would explain {si(gather_s, 's')} "
+                 f"({round(100 * gather_s / rest)}%) of the {si(rest, 's')}; ")
         return (f"; and the price of {n}, charged at the all-reduce's time per byte "
-                f"({si(self.bytes_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
+                f"({si(gather_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
                 "than its all-reduce (one large call, not these buckets, so a candidate, not a finding; it "
-                f"prints its factor): {twice}at {1 + rest / self.bytes_s:.1f}x the all-reduce's time per "
+                f"prints its factor): {twice}at {1 + rest / gather_s:.1f}x the all-reduce's time per "
                 f"byte it would explain all of the {si(rest, 's')}")
 
     def digits(self, est: Any) -> str:
@@ -161,32 +170,29 @@ class StageEdge:
         return (f" The edge is {self.edge:.4f}x, the interval {est.low:.4f}x to {est.high:.4f}x "
                 "(to four decimals: at two they read alike).")
 
-    def against_plain(self, plain_edge: float, plain_all_reduces: float = 1.0, plain_name: str = "perfkit",
-                      name: str = "zero1") -> str:
-        """A sentence, starting with a space, on why a stage 1 or 2 edge differs from the plainer
-        edge the same algorithm, communicating after the whole backward (``plain_name``), is
-        judged against: that one charges ``plain_all_reduces`` all-reduces' time unhidden (one
-        where the reduce-scatter and the all-gather move a ring's bytes; 1.5 on gloo, whose
-        reduce-scatter all-reduces) and neither the calls nor the update a rank no longer runs;
-        this one charges the all-gather after the step only (its reduce-scatters overlap
-        backward, as DDP's all-reduce does), the calls beyond DDP's, and credits the update.
-        ``""`` for stage 3, which is not the same algorithm."""
-        check_real("plain_edge", plain_edge, 0, lo_open=True)
-        check_real("plain_all_reduces", plain_all_reduces, 0, lo_open=True)
+    def against_plain(self, plain: StageEdge, plain_name: str = "perfkit", name: str = "zero1") -> str:
+        """A sentence, starting with a space, on how this stage 1 or 2 edge and ``plain``'s (the same
+        algorithm communicating after the whole backward, :func:`after_backward_edge`) differ. Both
+        are built by one rule (DDP's step, plus the bytes the step waits for, plus the calls beyond
+        DDP's at one charge each, less the update a rank no longer runs), so they differ only in the
+        bytes charged unhidden and in the calls counted. ``""`` for stage 3, which is not the same
+        algorithm.
+
+        Raises:
+            TypeError: ``plain`` is not a :class:`StageEdge`.
+        """
+        check_type("plain", plain, StageEdge)
         if self.stage == 3:
             return ""
-        k = plain_all_reduces
-        link = "" if self.link_s is None else f" ({si(k * self.link_s, 's')})"
-        what = "one whole all-reduce" if k == 1 else f"{k:.2f} all-reduces' time"
-        return (f" {name}'s verdict and {plain_name}'s are judged against different edges because they model "
-                f"different schedules of the same algorithm: {plain_name}'s ({plain_edge:.4f}x) charges "
-                f"{what}{link}, unhidden, as it "
-                f"communicates after the whole backward, and neither its calls nor the update a rank no "
-                f"longer runs; {name}'s ({self.edge:.4f}x) charges only the all-gather after the step "
-                f"({si(self.bytes_s, 's')}), as its reduce-scatters run during backward and are taken as "
-                f"hidden as DDP's all-reduce, plus {self.calls} calls{self.calls_note} "
-                f"({si(self.calls * self.call_s, 's')}), "
-                f"less the {si(self.update_saved_s, 's')} of AdamW's update a rank no longer runs.")
+        return (f" {name}'s edge ({self.edge:.4f}x) and {plain_name}'s ({plain.edge:.4f}x) are built by one "
+                "rule: DDP's step, plus the bytes the step waits for, plus the calls beyond DDP's, less the "
+                f"update a rank no longer runs ({si(self.update_saved_s, 's')} in both). They differ in "
+                f"what the step waits for: {plain_name} all {plain.all_reduces:.2f} all-reduces' bytes "
+                f"({si(plain.bytes_s, 's')}), as it communicates after the whole backward; {name} only the "
+                f"all-gather after the step ({si(self.bytes_s, 's')}), as its reduce-scatters run during "
+                f"backward and are taken as hidden as DDP's all-reduce; and in their calls, {plain.calls} "
+                f"against {self.calls}{self.calls_note} ({si(plain.calls * plain.call_s, 's')} against "
+                f"{si(self.calls * self.call_s, 's')}).")
 
     def interleave_note(self) -> str:
         """A sentence, starting with a space, on what rounds that interleave the variants can hide.
@@ -207,12 +213,14 @@ class StageEdge:
                 "not measure.")
 
 
-def call_cost(tz: Any, ddp: Any, link_s: float, call_s: float, world_size: int) -> float:
+def call_cost(tz: Any, ddp: Any, ratio: float, link_s: float, call_s: float, world_size: int) -> float:
     """The most each of ``tz``'s collective calls beyond ``ddp``'s can cost, by
-    :func:`stage_edge`'s rules, given ``tz``'s median step: what is left of its step's excess
-    over DDP's once its extra bytes (half an all-reduce's: PyTorch's ``ZeroRedundancyOptimizer``
-    broadcasts each shard from its owner) are charged and the ``(N - 1) / N`` of AdamW's update it
-    no longer runs is taken off, shared among its extra calls; clipped to ``[0, call_s]``.
+    :func:`stage_edge`'s rules, given ``ratio``, the median of ``tz``'s paired step ratios over
+    ``ddp``'s: its step's excess over DDP's, ``(ratio - 1)`` times DDP's median step (the rule
+    :meth:`StageEdge.beyond` sizes a step's growth by), less its extra bytes (half an all-reduce's:
+    PyTorch's ``ZeroRedundancyOptimizer`` broadcasts each shard from its owner), plus the
+    ``(N - 1) / N`` of AdamW's update it no longer runs, shared among its extra calls; clipped to
+    ``[0, call_s]``.
 
     Calls issued together overlap their fixed costs (``ZeroRedundancyOptimizer._sync_params``
     issues every broadcast with ``async_op=True`` and then waits on them all), so this is the
@@ -220,19 +228,21 @@ def call_cost(tz: Any, ddp: Any, link_s: float, call_s: float, world_size: int) 
     processes' arrival spread included) is what a lone call pays. Without extra calls, ``call_s``.
 
     Args:
-        tz: the variant's result (``step_s``, s; ``calls``).
+        tz: the variant's result (``calls``).
         ddp: DDP + AdamW's result (``step_s``, ``update_s``, s; ``calls``).
+        ratio: the median of ``tz``'s paired step ratios over ``ddp``'s (> 0).
         link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
         call_s: one 4-byte all-reduce, timed alone, s (>= 0).
         world_size: processes (>= 2).
     """
+    check_real("ratio", ratio, 0, lo_open=True)
     check_real("link_s", link_s, 0, lo_open=True)
     check_real("call_s", call_s, 0)
     check_int("world_size", world_size, 2)
     extra = calls_per_step(tz) - calls_per_step(ddp)
     if extra <= 0:
         return call_s
-    left = (tz.step_s - ddp.step_s - 0.5 * max(link_s - call_s, 0.0)
+    left = ((ratio - 1) * ddp.step_s - 0.5 * max(link_s - call_s, 0.0)
             + (world_size - 1) / world_size * ddp.update_s)  # s: the excess the model leaves to the calls
     return min(max(left / extra, 0.0), call_s)
 
@@ -251,12 +261,55 @@ def broadcast_sentence(tz: Any, ddp: Any, n_tensors: int, per_call_s: float, cal
     if extra <= 0:
         return text + "."
     if per_call_s < call_s:
-        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call (its excess over "
-                       "DDP's step once its extra bytes are charged and the update it no longer runs is "
-                       f"taken off, shared among those calls), against {si(call_s, 's')} for one 4-byte "
-                       "all-reduce timed alone.")
+        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call (the median of its "
+                       "paired ratios, less 1, times DDP's median step, once its extra bytes are charged "
+                       "and the update it no longer runs is taken off, shared among those calls), against "
+                       f"{si(call_s, 's')} for one 4-byte all-reduce timed alone.")
     return text + (f"; here its step leaves each extra call as much as one 4-byte all-reduce timed alone "
                    f"({si(call_s, 's')}) or more, so this run does not show that overlap.")
+
+
+def _checked(ddp: Any, calls: int, link_s: float, call_s: float, world_size: int,
+             per_call_s: float | None, calls_note: str) -> str:
+    """Checks the arguments :func:`stage_edge` and :func:`after_backward_edge` share; returns how
+    the calls are charged (``StageEdge.call_how``)."""
+    check_int("calls", calls, 0)
+    check_real("link_s", link_s, 0, lo_open=True)
+    check_real("call_s", call_s, 0)
+    check_int("world_size", world_size, 2)
+    check_type("calls_note", calls_note, str)
+    check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
+    check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
+    if per_call_s is None:
+        return _LONE_CALL
+    check_real("per_call_s", per_call_s, 0)
+    return "the most torch_zero's step leaves a call in flight with others (section 2),"
+
+
+def after_backward_edge(ddp: Any, all_reduces: float, calls: int, link_s: float, call_s: float,
+                        world_size: int, per_call_s: float | None = None, calls_note: str = "") -> StageEdge:
+    """:func:`stage_edge`'s rule for ZeRO stage 1 communicating after the whole backward (perfkit's
+    ``ZeroOptimizer(overlap=False)`` used alone): every byte it moves is charged unhidden,
+    ``all_reduces`` all-reduces' worth (1 where its reduce-scatter and all-gather move a ring's
+    bytes; 1.5 on gloo, whose reduce-scatter all-reduces), each at the gradient's all-reduce less a
+    4-byte call's time; the calls beyond DDP's and the update a rank no longer runs as there.
+
+    Args:
+        all_reduces: all-reduces' worth of bytes moved after backward (> 0); the others as
+            :func:`stage_edge`'s.
+
+    Returns:
+        A :class:`StageEdge` at stage 1 whose ``all_reduces`` is set.
+
+    Raises:
+        TypeError, ValueError: for an argument outside those ranges.
+    """
+    check_real("all_reduces", all_reduces, 0, lo_open=True)
+    how = _checked(ddp, calls, link_s, call_s, world_size, per_call_s, calls_note)
+    return StageEdge(1, ddp.step_s, all_reduces * max(link_s - call_s, 0.0), calls,
+                     call_s if per_call_s is None else per_call_s,
+                     (world_size - 1) / world_size * ddp.update_s, how, link_s, call_s, calls_note,
+                     all_reduces)
 
 
 def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, world_size: int,
@@ -295,18 +348,8 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
             positive ``step_s`` and a ``update_s`` >= 0.
     """
     check_int("stage", stage, 1, 3)
-    check_int("calls", calls, 0)
-    check_real("link_s", link_s, 0, lo_open=True)
-    check_real("call_s", call_s, 0)
-    check_int("world_size", world_size, 2)
-    check_type("calls_note", calls_note, str)
-    check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
-    check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
+    how = _checked(ddp, calls, link_s, call_s, world_size, per_call_s, calls_note)
     gathers = 2 if stage == 3 else 1  # parameter all-gathers a step waits for
-    how = _LONE_CALL
-    if per_call_s is not None:
-        check_real("per_call_s", per_call_s, 0)
-        how = "the most torch_zero's step leaves a call in flight with others (section 2),"
     return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls,
                      call_s if per_call_s is None else per_call_s,
                      (world_size - 1) / world_size * ddp.update_s, how, link_s, call_s, calls_note)

@@ -11,6 +11,7 @@ from perfkit.compute import attention_cost as ac
 from perfkit.compute.flash import eager_saved_bytes, flash_flops, flash_saved_bytes
 from perfkit.sizing import pinned_threads
 from perfkit.viz import attention as va
+from perfkit.viz import attention_notes as vn
 
 matplotlib.use("Agg")
 
@@ -24,11 +25,15 @@ def test_saved_bytes_sweep_is_exact():
 def test_time_attention_records():
     with pinned_threads(1):  # tiny ops on busy OpenMP threads stall at every barrier
         pts = ac.time_attention([40, 64], tiles=[16, 32], heads=2, head_dim=8, repeat=2)
+    # the control, one fixed matmul, is timed in the same rounds at every length (the old sweep had none)
     assert [(p.impl, p.seq_len, p.tile) for p in pts] == [
         (i, t, tile) for t in (40, 64) for i, tile in
-        (("flash", 16), ("flash", 32), ("eager", 0), ("sdpa", 0))]
+        (("flash", 16), ("flash", 32), ("eager", 0), ("sdpa", 0), ("control", 0))]
     for p in pts:
         assert len(p.times_s) == 2 and p.median_s > 0
+        if p.impl == "control":
+            assert p.flops == 2 * ac.CONTROL_SIZE ** 3 and p.tiles == 0
+            continue
         f = flash_flops(1, 2, p.seq_len, 8, False, p.tile or 64)
         want = f.forward + f.backward if p.impl == "flash" else f.eager_forward + f.eager_backward
         assert p.flops == want and p.tiles == (f.tiles if p.impl == "flash" else 0)
@@ -261,7 +266,10 @@ def test_tile_miss_note_says_when_the_prediction_lies_outside_the_measured_inter
 def test_rate_note_names_whole_calls_faster_than_the_fitted_rate_inside_the_tiles():
     model = ac.TileCostModel(2e10, 5e-5, 1e10)
     pts = [_timed(model, 64, 512, 0.0), _timed(model, 256, 512, 0.0)]
-    assert va.rate_note(pts, model).startswith(" Every tiled call ran below the fitted rate parameter")
+    # the old sentence, "Every tiled call ran below", did not say which calls: only those passed in
+    assert va.rate_note(pts, model).startswith(" Every tiled call (T = 512) ran below the fitted rate")
+    assert va.rate_note(pts + [_timed(model, 64, 256, 0.0)], model, fitted=True).startswith(
+        " Every fitted tiled call (T = 256 and 512) ran below")
     f = flash_flops(1, 4, 1536, 32, tile=256)
     flops = f.forward + f.backward
     fast = ac.AttentionTiming("flash", 1536, 256, (flops / 2.5e10,), flops, f.tiles)
@@ -269,6 +277,7 @@ def test_rate_note_names_whole_calls_faster_than_the_fitted_rate_inside_the_tile
     got = va.rate_note([*pts, fast], model)
     assert "ran above the fitted rate parameter, 20 GFLOP/s: tile 256 at T = 1536 (25 GFLOP/s)." in got
     assert "it is a fitted parameter, not a rate the tiles run at" in got
+    assert "ceiling" not in got   # the old text called the fitted rate a ceiling on every call
     # a call above the rate by less than the third digit prints with a digit more, never equal
     close = ac.AttentionTiming("flash", 1536, 256, (flops / 2.0004e10,), flops, f.tiles)
     said = va.rate_note([*pts, close], model)
@@ -286,18 +295,21 @@ def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_poi
     assert label.startswith("eager (model): 10 GFLOP/s, its rate at T = 512,\ncarried on; ")
     assert label.endswith("carried on; measured 2.1x the line at T = 1024")
     assert va.eager_line_label(model) == "eager (model)"
-    # with SDPA timed at both lengths the label sets the row's own change beside eager's
+    # with the control timed at both lengths the label sets the machine's change beside eager's; the old
+    # label read SDPA's time per FLOP, which moves with T by itself
     for n, k in ((512, 1.0), (1024, 1.3)):
+        pts.append(ac.AttentionTiming("control", n, 0, (k * 0.003,), 2 * ac.CONTROL_SIZE ** 3, 0))
         g = flash_flops(1, 4, n, 32)
-        pts.append(ac.AttentionTiming("sdpa", n, 0, (k * (g.eager_forward + g.eager_backward) / 2e10,),
+        pts.append(ac.AttentionTiming("sdpa", n, 0, (3.0 * n * (g.eager_forward + g.eager_backward) / 2e10,),
                                       g.eager_forward + g.eager_backward, 0))
     assert va.eager_line_label(model, pts).endswith(
-        "measured 2.1x the line at T = 1024,\nwhere SDPA ran 1.30x its time per FLOP at T = 512")
+        "measured 2.1x the line at T = 1024,\nwhere the control took 1.30x its time at T = 512")
 
 
-def _row(changes, lens=(256, 512, 1024, 1536)):
+def _row(changes, control=(1.0, 1.0), spread=0.01, lens=(256, 512, 1024, 1536)):
     """Timings of flash64, eager and SDPA whose time per FLOP is 1 ps, times ``changes[col]`` at
-    the longest length."""
+    the longest length, and the control: 5 rounds of 3 ms at the shorter lengths, times
+    ``control`` at the two longest, each round within ``spread`` of its median."""
     out = []
     for impl, tile in (("flash", 64), ("eager", 0), ("sdpa", 0)):
         for n in lens:
@@ -305,53 +317,55 @@ def _row(changes, lens=(256, 512, 1024, 1536)):
             flops = f.forward + f.backward if impl == "flash" else f.eager_forward + f.eager_backward
             k = changes[impl] if n == lens[-1] else 1.0 + 0.05 * (n == lens[1])
             out.append(ac.AttentionTiming(impl, n, tile, (k * flops * 1e-12,), flops, f.tiles if tile else 0))
+    for n in lens:
+        k = control[0] if n == lens[-2] else control[1] if n == lens[-1] else 1.0
+        times = tuple(0.003 * k * (1 + spread * d) for d in (-2, -1, 0, 1, 2))
+        out.append(ac.AttentionTiming("control", n, 0, times, 2 * ac.CONTROL_SIZE ** 3, 0))
     return out
 
 
-def test_row_note_lays_a_row_wide_slowdown_to_the_row_not_the_model():
-    pts = _row({"flash": 1.29, "eager": 2.45, "sdpa": 1.31})
-    assert va._per_flop_change(pts, "flash", 64) == pytest.approx(0.29)
-    assert va._per_flop_change(pts, "flash", 16) is None
-    # the old verdict called a miss at the longest length the model's, though SDPA, which has no tiles
-    # for the model to charge, slowed as much per FLOP in the same row
+def test_row_note_reads_the_machine_from_the_control_not_from_sdpa():
+    # SDPA sped up 30 % per FLOP while the control stayed put: the old note read SDPA's -30 % as the row's
+    # and called eager's +23 % "its own" or tile 64's -5 % "not its own"; SDPA is no load control
+    steady = _row({"flash": 0.95, "eager": 1.23, "sdpa": 0.70})
+    note = va.row_note(steady, "eager")
+    assert note.startswith(" From T = 1024 to 1536 eager's time per FLOP changed +23%; the control, one "
+                           "512 x 512 matmul timed in the same rounds at every length, +0%, its intervals at "
+                           "the two lengths overlapping (")
+    assert note.endswith("the control does not show the machine's speed moving between them.")
+    assert "SDPA" not in note and "own" not in note
+    tile = va.row_note(steady, "flash", 64, miss=-0.04, band=0.23)
+    assert "would be" not in tile and "SDPA" not in tile   # no counterfactual miss from SDPA's change
+    assert va.row_flag(steady) == ""
+    assert va.row_note(steady, "control") == ""
+    assert va.row_note([p for p in steady if p.impl != "control"], "eager") == ""
+
+
+def test_row_note_lays_a_control_that_moved_to_the_machine():
+    pts = _row({"flash": 1.29, "eager": 2.45, "sdpa": 1.31}, control=(1.0, 1.30))
+    assert vn._per_flop_change(pts, "flash", 64) == pytest.approx(0.29)
+    assert vn._per_flop_change(pts, "flash", 16) is None
     note = va.row_note(pts, "flash", 64, miss=0.61, band=0.40)
-    assert note.startswith(" From T = 1024 to 1536 tile 64's time per FLOP changed +29%, SDPA's, which keeps "
-                           "neither Python tiles nor T x T scores, +31%, more than the 5% any column moved "
-                           "between the shorter lengths; every column changed +29% to +145%: the whole row "
-                           "ran slower")
-    assert note.endswith("the miss at T = 1536 would be +23%, within the band (±40%).")
-    eager = va.row_note(pts, "eager")
-    assert "not the eager model's" in eager and eager.endswith("; beyond SDPA's, 1.87x.")
-    # SDPA steady: the change is the column's own
-    steady = va.row_note(_row({"flash": 1.29, "eager": 2.45, "sdpa": 0.97}), "eager")
-    assert steady.endswith("-3%, within the 5% any column moved between the shorter lengths: the row as a "
-                           "whole did not slow, so the change is eager's own.")
-    assert va.row_note(pts, "sdpa") == "" and va.row_note([p for p in pts if p.impl != "sdpa"], "eager") == ""
-    assert va.row_flag(pts) == (" (SDPA, which no tile cost enters, ran +31% per FLOP from T = 1024 to 1536: "
-                                "the whole row slowed, which the outcome does not mark)")
-    assert va.row_flag(_row({"flash": 1.29, "eager": 2.45, "sdpa": 0.97})) == ""
+    assert ("; the control, one 512 x 512 matmul timed in the same rounds at every length, +30%, its "
+            "intervals at the two lengths apart (") in note
+    assert "so this run does not separate tile 64's own change from the machine's" in note
+    assert note.endswith("Were the control's change every call's, the miss at T = 1536 would be +24%, within "
+                         "the band (±40%).")
+    assert va.row_note(pts, "eager").endswith("were the control's change every call's, eager's own would "
+                                              "be +88%.")
+    assert va.row_flag(pts) == (" (the control, a fixed matmul timed in the same rounds, changed +30% in "
+                                "time from T = 1024 to 1536, its intervals apart: the machine's speed moved, "
+                                "which the outcome does not mark)")
+    # one round per length: no interval, so no claim either way
+    few = [ac.AttentionTiming(p.impl, p.seq_len, 0, p.times_s[:1], p.flops, 0)
+           if p.impl == "control" else p for p in pts]
+    assert va.row_note(few, "eager").endswith("too few rounds for an interval, so this run cannot say "
+                                              "whether the machine's speed moved.")
+    assert va.row_flag(few) == ""
     with pytest.raises(ValueError):
         va.row_note(pts, "flash", 64, miss=0.61)
     with pytest.raises(ValueError):
         va.row_note([p for p in pts if p.seq_len == 256], "eager")
-
-
-def test_row_note_does_not_call_a_change_the_row_shared_the_column_s_own():
-    pts = _row({"flash": 0.73, "eager": 1.22, "sdpa": 0.87})
-    # the old note tested only whether SDPA slowed, so a row that sped up together was the column's own
-    note = va.row_note(pts, "flash", 64, miss=-0.13, band=0.40)
-    assert "so the change is tile 64's own" not in note
-    assert note.startswith(" From T = 1024 to 1536 tile 64's time per FLOP changed -27%, SDPA's, which "
-                           "keeps neither Python tiles nor T x T scores, -13%, the same way: SDPA and 0 of "
-                           "the 1 other columns changed -13%, so this run does not call the change tile 64's "
-                           "own: beyond SDPA's, it changed -16%.")
-    assert note.endswith("the miss at T = 1536 would be +0%, within the band (±40%).")
-    # against the row, the change stays the column's own
-    assert va.row_note(pts, "eager").endswith("did not slow, so the change is eager's own.")
-    assert va.row_flag(pts) == ""
-    assert va.row_flag(pts, 64) == (" (SDPA, which no tile cost enters, ran -13% per FLOP from T = 1024 to "
-                                    "1536, the way tile 64 did (-27%): the row moved too, which the outcome "
-                                    "does not mark)")
 
 
 def test_rounds_note_flags_one_round_that_sets_the_interval_alone():
@@ -372,3 +386,22 @@ def test_rounds_note_flags_one_round_that_sets_the_interval_alone():
         va.rounds_note([1.0], 1.0, "x")
     with pytest.raises(ValueError, match=r"times_s\[0\]"):
         va.rounds_note([0.0], stats.median_interval([1.0]), "x")
+
+
+def test_the_control_gets_a_table_column_and_stays_off_the_tile_figure():
+    pts = _row({"flash": 1.0, "eager": 1.0, "sdpa": 1.0}, control=(1.0, 1.2))
+    # the old table indexed IMPLS and had no column for the control
+    table = va.times_table(pts, per_flop=True).splitlines()
+    assert table[0].endswith("| eager | SDPA | control (matmul) |") and table[-1].endswith("| +20% |")
+    fig = va.plot_tile_times(pts)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][-2:] == ["eager", "SDPA"]
+    plt.close(fig)
+
+
+def test_saved_bytes_ticks_mark_the_lengths_counted():
+    lens = [256, 512, 1024, 2048]
+    fig = va.plot_saved_bytes(lens, {"eager": [16 * t * t for t in lens], "flash": [528 * t for t in lens]})
+    # the old axis ticked log decades (4x10², 6x10², 10³), not the measured lengths
+    assert list(fig.axes[0].get_xticks()) == lens
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["256", "512", "1024", "2048"]
+    plt.close(fig)

@@ -108,8 +108,8 @@ def test_the_waterfall_legend_names_its_colours_below_the_bars():
     fig = plot_waterfall([("a", 2.0), ("b", 1.05)], total=2.1, unresolved=["b"])
     leg = fig.axes[0].get_legend()
     labels = [t.get_text() for t in leg.get_texts()]
-    assert labels == ["a gain: interval above 1x, or its phases fell",
-                      "applied, not credited: interval holds 1x and its phases did not fall",
+    assert labels == ["a gain: interval above 1x, or its bound's parts fell past the steps' spread",
+                      "applied, not credited: interval holds 1x, its bound's parts within the steps' spread",
                       "total, measured directly"]
     fig.canvas.draw()
     box, axes = leg.get_window_extent(), fig.axes[0].get_window_extent()

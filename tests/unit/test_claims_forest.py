@@ -89,10 +89,14 @@ def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     assert "both orders' medians read below 1x (0.9709x and 0.9709x), so the 2.9% between identical" in said
     assert "position (0.0%)" in said
     lines = viz.claims.control_text(aa, 0.05)
-    assert lines.startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x: under the 5%")
+    assert lines.startswith("identical loops read 0.971x over 10 rounds, their interval reaching 2.9% "
+                            "from 1x: under the 5%")
+    # the reach is that loop's noise at its rounds, not the error of the other designs
+    assert "so this loop's own noise at 10 rounds alone cannot push" in lines
+    assert "It is not the error of the other designs below" in lines
     assert "an interval within 2.9% of the edge that decides it" in lines
     # the reach is one loop's paired noise within one run: it said nothing of separate runs or orders
-    assert "That 2.9% is the paired noise of one single-process loop within one run" in lines
+    assert "That 2.9% is the paired noise of one single-process loop at 10 rounds within one run" in lines
     assert "could push" in viz.claims.control_text(aa, 0.02)
     # the design was predicted to keep within 2 %: a reach of 2.9 % missed that, and the sentence says so
     # (it used to say only "under the 5%", a looser criterion than the prediction's)

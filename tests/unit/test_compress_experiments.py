@@ -332,10 +332,10 @@ def test_timing_noise_note_does_not_settle_a_margin_within_two_timings_of_one_ca
     assert short.startswith("; but that interval covers only") and "cannot tell whether it paid" in short
     same = timing_noise_note(-20.7e-3, -1e-3, 26.7e-3)
     assert "on the same side of 0" in same and "cannot tell" not in same
-    assert timing_noise_note(-30e-3, -3e-3, 26.7e-3) == (" The margin (-30 ms) lies beyond the 26.7 ms by "
-                                                          "which this run's two timings of the same dense "
-                                                          "all-reduce differ.")
+    assert timing_noise_note(-30e-3, -3e-3, 26.7e-3).startswith(
+        " The margin (-30 ms) lies beyond the 26.7 ms by which this run's two definitions of the dense "
+        "all-reduce's time differ")
     # beyond the noise the clause says so and claims nothing the interval may not show
     beyond = timing_noise_note(30e-3, 3e-3, 1e-3, short=True)
-    assert beyond == ("; its margin (+30 ms) lies beyond the 1 ms by which this run's two timings of the "
-                      "same dense all-reduce differ")
+    assert beyond.startswith("; its margin (+30 ms) lies beyond the 1 ms by which this run's two definitions")
+    assert beyond.endswith("so either gives it the same sign")

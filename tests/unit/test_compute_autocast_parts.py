@@ -166,6 +166,9 @@ def test_swept_ratio_reads_the_sweep_not_a_raised_ceiling():
     # two sizes swept in both dtypes on 1 thread: "nearest" names the choice it made, and the source
     assert near_128.sizes == 2 and "of the 2 sizes swept in both dtypes there" in near_128.describe()
     assert "not necessarily this run's" in near_128.describe()
+    # the file keeps one run's sweep per dtype, not each point's best over runs (the old words said so)
+    words = near_128.describe()
+    assert "fastest tenth" in words and "the best the limits file keeps" not in words
     assert ap.swept_ratio(raised, "bfloat16", 2 * 400**3, threads=1).ratio == pytest.approx(0.02)
     # all cores: the points on every thread count (limits.threads = 2)
     every = ap.swept_ratio(raised, "bfloat16", 2 * 128**3)

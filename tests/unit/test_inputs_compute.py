@@ -49,7 +49,17 @@ from perfkit.compute import experiments as cx
 from perfkit.compute import flash as fl
 from perfkit.compute import flash_triton as ft
 from perfkit.compute import phase_roofline as pr
-from perfkit.compute.intensity import OpCount, OpRecord, count_ops, count_phases, roofline_s, step_roofline
+from perfkit.compute.intensity import (
+    OpCount,
+    OpRecord,
+    cache_fit_bytes,
+    cache_on_threads,
+    count_ops,
+    count_phases,
+    dram_on_threads,
+    roofline_s,
+    step_roofline,
+)
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_interval
 from perfkit.timing import Measurement
@@ -431,6 +441,11 @@ CASES = [  # (id, call, exception, regex on the message)
     ("count_phases.run", lambda: count_phases("step"), TypeError, "run must be a callable"),
     ("roofline_s.ops", lambda: roofline_s([OPS], LIMITS), TypeError, r"ops\[0\] must be an OpRecord"),
     ("roofline_s.threads", lambda: roofline_s([], LIMITS, threads=0), ValueError, "threads"),
+    ("cache_fit_bytes.limits", lambda: cache_fit_bytes("cpu"), TypeError, "limits"),
+    ("dram_on_threads.limits", lambda: dram_on_threads(None, 1), TypeError, "limits"),
+    ("dram_on_threads.threads", lambda: dram_on_threads(LIMITS, 0), ValueError, "threads"),
+    ("cache_on_threads.limits", lambda: cache_on_threads({}, 1), TypeError, "limits"),
+    ("cache_on_threads.threads", lambda: cache_on_threads(LIMITS, 0), ValueError, "threads"),
     ("roofline_s.dtype", lambda: roofline_s([OpRecord("mm", 1, 1)], LIMITS, "float16"), ValueError,
      "'float16' was not measured"),
     # phase_roofline

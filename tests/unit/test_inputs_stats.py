@@ -32,7 +32,7 @@ from perfkit.stats import (
     quantile,
     range_of,
 )
-from perfkit.units import printed_beside, printed_interval, share_range, si, si_beside, si_interval
+from perfkit.units import printed_beside, printed_interval, share_range, si, si_beside, si_bound, si_interval
 from perfkit.verdict import Prediction, context, judge, kinds_text
 from perfkit.verdict_text import reading
 
@@ -143,6 +143,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("si.value", lambda: si("1k"), TypeError, "value must be a number"),
     ("si.unit", lambda: si(1.0, None), TypeError, "unit must be a string"),
     ("si.digits", lambda: si(1.0, "s", 0), ValueError, "digits must be an int from 1 to 15"),
+    ("si_bound.side", lambda: si_bound(1.0, "x", "lower"), ValueError, "side must be 'low' or 'high'"),
+    ("si_bound.value", lambda: si_bound("1"), TypeError, "value must be a number"),
     ("si_interval.value", lambda: si_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
     ("share_range.low", lambda: share_range("0.9", 1.1), TypeError, "low must be a number"),
     ("share_range.low above high", lambda: share_range(1.1, 0.9), ValueError, "low .* above high"),

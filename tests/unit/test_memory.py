@@ -389,7 +389,7 @@ def test_flop_rule_text_says_the_step_exceeds_its_flops_and_why():
                             0.2121)
     assert text.startswith(" By its FLOPs the checkpointed step would take 1.21 plain steps")
     assert "its interval lies above that: time did not follow FLOPs" in text
-    assert "0.270 plain steps, 1.3x its FLOP share" in text and "added +0.24 plain steps beyond it" in text
+    assert "0.270 plain steps, 1.3x its FLOP share" in text and "added +0.240 plain steps beyond it" in text
     near = Estimate(value=1.2, low=1.15, high=1.25, level=0.9, method="m", n=32)
     assert M.flop_rule_text(near, step, 0.2121).endswith("; its interval holds that.")
     with pytest.raises(ValueError):

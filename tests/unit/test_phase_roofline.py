@@ -76,7 +76,7 @@ def test_one_eta_solves_the_ratio_and_says_when_none_in_range_does():
     held = fast.explain()["held"]
     assert "no one eta in (0, 1] gives the measured ratio" in held and "cannot tell" not in held
     assert model(fixed=(1.0, 1.0), roof=(2.0, 2.0)).one_eta() == float("inf")  # no root: ratio 1 at every eta
-    assert "faster than their roofs" in model(eta=(0.5, 2.0)).explain()["below"]
+    assert "the per-op roofs R or the fixed-cost reading" in model(eta=(0.5, 2.0)).explain()["below"]
     assert "forward's ops reached a smaller" in model(eta=(0.2, 0.9)).explain()["below"]
 
 

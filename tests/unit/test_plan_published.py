@@ -114,7 +114,7 @@ def test_fit_uses_at_most_two_rows_per_table_and_holds_them_out():
     held = [r for r in c.rows if not r.fitted]
     assert c.median_error == pytest.approx(sorted(abs(r.error) for r in held)[3:5][0] / 2
                                            + sorted(abs(r.error) for r in held)[3:5][1] / 2)
-    assert c.baseline_mfu["megatron"] == pytest.approx(sum(r.reported_mfu for r in fit) / 2)
+    assert c.baseline_mfu["megatron"] == pytest.approx(sum(r.model_mfu for r in fit) / 2)
     with pytest.raises(ValueError, match="at most two"):
         fit_rows(runs, "megatron", 3)
     with pytest.raises(ValueError, match="no rows"):
@@ -183,7 +183,7 @@ def test_one_efficiency_per_gpu_type_fitted_on_two_rows_of_each_table():
     assert c.efficiency["megatron"] == c.efficiency["a100-80gb"] != c.efficiency["a100-40gb"]
     fit = fit_rows(runs, "megatron") + fit_rows(runs, "a100-80gb")
     assert c.efficiency["megatron"] == pytest.approx(fit_efficiency(fit))
-    assert c.baseline_mfu["a100-80gb"] == pytest.approx(sum(r.reported_mfu for r in fit) / 4)
+    assert c.baseline_mfu["a100-80gb"] == pytest.approx(sum(r.model_mfu for r in fit) / 4)
     assert sum(r.fitted for r in c.rows) == 6
     assert [r.run.table for r in c.rows] == [r.table for r in runs]  # source order kept
 
@@ -199,7 +199,7 @@ def test_calibrated_per_chip_or_from_the_other_tables_only():
     assert not any(r.fitted for r in cross.rows) and len(cross.rows) == len(runs)
     others = fit_rows(runs, "megatron") + fit_rows(runs, "a100-80gb")
     assert cross.efficiency["a100-40gb"] == pytest.approx(fit_efficiency(others))
-    assert cross.baseline_mfu["a100-40gb"] == pytest.approx(sum(r.reported_mfu for r in others) / 4)
+    assert cross.baseline_mfu["a100-40gb"] == pytest.approx(sum(r.model_mfu for r in others) / 4)
     assert cross.efficiency["a100-40gb"] != cross.efficiency["megatron"]
     assert [r.run.table for r in cross.rows] == [r.table for r in runs]
     with pytest.raises(ValueError, match="calibrate"):

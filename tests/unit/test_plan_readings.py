@@ -87,6 +87,13 @@ def test_one_sided_reads_the_signs_together():
     mixed = {**low, "TP": (60.0, 57.3, " ms")}
     assert one_sided(mixed).startswith("4 of the 5 predictions told apart from their measurement lie below")
     assert "both sides" in one_sided(mixed)
+    # a split says how many of its points a two-sided sign test at 10 % would need on one side
+    assert "A two-sided sign test at 10% would need 5 of these 5 on one side." in one_sided(mixed)
+    split4 = one_sided({"a": (1.0, 1.1, "x"), "b": (1.0, 1.2, "x"), "c": (1.0, 0.9, "x"),
+                        "d": (1.0, 0.8, "x")})
+    assert "could not reject chance with 4, even all on one side (12.5%): it needs 5 told apart" in split4
+    ten = {f"p{i}": (1.0, 1.1 if i < 5 else 0.9, "x") for i in range(10)}
+    assert "would need 9 of these 10 on one side" in one_sided(ten)   # 8 of 10: 10.9%, 9 of 10: 2.1%
     # a point whose interval holds its prediction is no sign either way: counting it by its
     # point estimate called these errors "both sides"
     intervals = {**{k: (*v, v[1] * 0.95, v[1] * 1.05) for k, v in low.items() if k != "PP"},

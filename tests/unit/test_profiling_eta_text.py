@@ -19,12 +19,12 @@ def model(fixed, roof, eta, rounds=5):
 
 def test_a_ratio_below_the_band_names_the_one_eta_it_would_need():
     """Old: the 'below' text named the two phases' etas only, never that one eta would have to
-    exceed 1 (ops faster than their roofs) to give the measured ratio."""
+    exceed 1 to give the measured ratio."""
     pm = model((2.0, 1.0), (2.0, 4.0), (0.54, 0.66))  # 1.24x, under the at-roof end 1.25x
     assert pm.measured.value < pm.low
     below = pm.explain()["below"]
     assert "forward's ops reached a smaller share" in below
-    assert f"it would take {pm.one_eta():.2f}, ops faster than their roofs" in below
+    assert f"it would take {pm.one_eta():.2f}; an eta above 1 says the model's inputs are off" in below
 
 
 def test_the_split_holds_each_eta_against_near_roof():
@@ -41,3 +41,16 @@ def test_the_split_holds_each_eta_against_near_roof():
     assert "more than half: the fixed costs are the larger part" in most
     with pytest.raises(ValueError, match="fixed_s"):
         eta_split_text(12e-3, 11e-3, (0.3, 0.3), 0.5)
+
+
+def test_an_eta_above_one_names_the_inputs_not_ops_beating_their_roofs():
+    """Old: a ratio that needed one eta above 1 was explained as 'ops faster than their roofs',
+    though each eta comes from the same times it explains: the alternative the model cannot
+    exclude, wrong per-op roofs R or a wrong fixed-cost reading, went unsaid."""
+    pm = model((2.0, 1.0), (2.0, 4.0), (0.54, 0.66))
+    below = pm.explain()["below"]
+    assert "not that ops beat their roofs: the per-op roofs R or the fixed-cost reading" in below
+    assert "ops faster than their roofs" not in below
+    fast = model((2.0, 1.0), (2.0, 4.0), (0.5, 2.0)).explain()["below"]  # the backward's own eta above 1
+    assert fast.startswith("By this split an eta exceeds 1")
+    assert "the per-op roofs R or the fixed-cost reading" in fast and "Ops ran faster" not in fast

@@ -53,6 +53,9 @@ def test_the_differences_figure_draws_each_layout_against_its_window():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["zero3", "zero1"]   # the first on top
     labels = ax.get_legend_handles_labels()[1]
     assert len(labels) == len(set(labels)) == 4   # window, measured, predicted, the other price: each once
+    # the title names the axis's quantity, a difference, not a ratio ("over")
+    assert "minus" in ax.get_title() and " over " not in ax.get_title()
+    assert "minus" in ax.get_xlabel()
     with pytest.raises(ValueError, match="low <= high"):
         plot_step_differences({"zero1": (gap, 2.0, (8.6, -4.4), None)})
     with pytest.raises(TypeError, match=r"rows\['zero1'\]\[0\]"):

@@ -370,7 +370,15 @@ def test_zb_step_note_sets_the_drawn_steps_beside_the_judged_busy_time():
     got = zb_step_note(e, busy, e, 0.884, fiw, f_b=fb, busy_mb=0.0264)
     assert "Those are one step of each schedule, without an interval: the busy time per stage judged" in got
     assert "implies about 3.43 ms more (1.06 ms to 6.86 ms from its interval)" in got
-    assert got.endswith("of which the drawn steps' 1.9 ms cover 55%.")
+    # the old note printed a coverage, "of which the drawn steps' 1.9 ms cover 55%", which reads above 100 %
+    # where unpaired medians exceed the paired estimate: now the two figures side by side, and where one
+    # lies against the other's interval
+    assert got.endswith("implies about 3.43 ms more (1.06 ms to 6.86 ms from its interval); the drawn steps' "
+                        "change is 1.9 ms, inside that interval.")
+    over = zb_step_note(e, Estimate(1.077, 1.054, 1.116, 0.96, 12, "paired ratios"), e, 0.884, fiw,
+                        f_b=(0.00565, 0.00871), busy_mb=0.0264, steps=12)
+    assert "cover" not in over and over.endswith(", above that interval: the two estimates differ, and "
+                                                 "neither is a share of the other.")
     assert "without an interval" not in zb_step_note(e, busy, e, 0.884, fiw, f_b=fb)
     flat = Estimate(0.99, 0.95, 1.03, 0.9, 12, "paired ratios")
     assert zb_step_note(e, flat, e, 0.884, fiw, f_b=fb, busy_mb=0.0264).endswith(

@@ -417,3 +417,17 @@ def test_show_verdict_keeps_every_verdict_it_showed_in_order(monkeypatch):
     v = judge(Prediction("w", "m", value=1.0, rel_tol=0.1), 1.0)
     viz.show_verdict(v)
     assert viz.shown_verdicts()[before:] == (v,) and len(shown) == 1
+
+
+def test_a_bound_never_prints_past_its_own_edge():
+    from perfkit.units import si_bound
+
+    # as run: a lower bound of 10.05 ms printed "at least 10.1 ms", above figures of 10.07 and
+    # 10.08 ms it lies below; rounding to the nearest is the wrong implementation this catches
+    assert si_bound(10.051, " ms", "low") == "10.05 ms"
+    assert si_bound(10.051, " ms", "high") == "10.1 ms"
+    assert si_bound(1.0986, "x", "high") == "1.1x" and si_bound(1.0986, "x", "low") == "1.0986x"
+    p = Prediction("step", "m", low=10.051, unit=" ms")
+    assert p.describe() == "at least 10.05 ms"
+    both = Prediction("r", "m", low=1.0986, high=1.0986 * 2, unit="x")
+    assert both.describe() == "between 1.0986x and 2.2x"

@@ -67,7 +67,9 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
         seed: seeds the data (each rank and size draws its own).
 
     Returns:
-        One record per size: ``numel``, ``int_exact``, ``float_max_abs_err``, ``in_place``;
+        One record per size: ``numel``, ``int_exact``, ``float_max_abs_err``, ``float_bound``
+        (the most two summation orders can differ by, :func:`perfkit.jobs.collectives.order_bound`),
+        ``in_place``;
         from the integer run ``sent_to``, ``recv_from`` (peer ranks), ``sent_elems``,
         ``collectives`` (names called through ``torch.distributed``) and ``library`` (the
         ``perfkit.comm`` functions that ran).

@@ -1,0 +1,36 @@
+"""Module 09's timed verdicts weighed again by the largest reading of identical work."""
+
+import pytest
+
+from perfkit import viz
+from perfkit.data.claims import PinTiming
+from perfkit.stats import Estimate
+from perfkit.timing import Measurement
+from perfkit.verdict import Claim, assess
+
+FASTER = dict(low=1.05, partly=1.0, unit="x")
+
+
+def test_the_largest_reading_of_identical_work_can_change_a_timed_status_and_is_named():
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.0,) * 10, 0), "cpu")  # reach 0
+    model = Estimate(1.0, 0.96, 1.043, 0.9, 16, "m")
+    reach = viz.claims.identical_work_reach(aa, {"buckets": 1.049, "model": model})
+    assert reach == pytest.approx(0.049)
+    # 2.4 % above the promise's 1.05x: holds by the control's 1.1 %, only partly by 4.9 %
+    slow = (Claim("gelu", "speedup", **FASTER), Estimate(1.10, 1.075, 1.12, 0.9, 16, "m"), {})
+    far = (Claim("topk", "speedup", **FASTER), Estimate(0.77, 0.72, 0.84, 0.9, 16, "m"), {})
+    count = (Claim("calls", "count", low=0, high=0, timed=False), 3, {})
+    judged = {"gelu": slow, "topk": far, "calls": count}
+    verdicts = {n: assess(c, m, error=0.011, **kw) for n, (c, m, kw) in judged.items()}
+    got = viz.claims.reweighed_statuses(judged, verdicts, reach)
+    assert got == {"gelu": ("holds", "holds partly"),
+                   "topk": ("does not hold here", "does not hold here")}  # the count is not timed
+    said = viz.claims.reweighed_text(got, reach, 0.011)
+    assert said == ("Weighed by 4.9%, the largest reading of identical work, instead of the A/A control's "
+                    "1.1%, of the 2 timed verdict(s) so far: 1 would change: gelu: holds -> holds "
+                    "partly.")
+    assert viz.claims.reweighed_text({"topk": got["topk"]}, reach, 0.011).endswith("none changes status.")
+    with pytest.raises(ValueError, match="no verdict"):
+        viz.claims.reweighed_statuses({"x": slow}, verdicts, reach)
+    with pytest.raises(ValueError, match="by naming"):
+        viz.claims.show_claims_table(verdicts, {"gelu": "inconclusive"})
