@@ -84,11 +84,11 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
 
 
 def si_bound(value: float, unit: str = "", side: str = "low") -> str:
-    """A bound's edge, printed as :func:`si` prints it, with as many more significant digits
-    (3 to 8) as it takes for the printed figure not to lie past the edge on the side it
+    """A bound's edge, printed as :func:`si` prints it, but never past the edge on the side it
     bounds: a lower edge (``side="low"``) never prints above its value, an upper one
-    (``"high"``) never below it. So 10.05 ms as a lower edge prints "10.05 ms", not "10.1 ms"
-    above figures of 10.07 and 10.08 ms that it lies below.
+    (``"high"``) never below it. Three significant digits where they round the right way,
+    else four, else four rounded outward. So 10.05 ms as a lower edge prints "10.05 ms", not
+    "10.1 ms" above figures of 10.07 and 10.08 ms that it lies below.
 
     Raises:
         TypeError, ValueError: as :func:`si`, or for a ``side`` other than "low" and "high".
@@ -101,11 +101,14 @@ def si_bound(value: float, unit: str = "", side: str = "low") -> str:
     scale, _, thousands = _scale(abs(value), unit)
     if thousands or (scale == 1 and float(value).is_integer() and abs(value) < 1e4):
         return si(value, unit)  # printed in full: no rounding to cross the edge
-    for digits in range(3, 9):
-        shown = float(f"{value / scale:.{digits}g}")
-        if (shown <= value / scale) if side == "low" else (shown >= value / scale):
-            break
-    return si(value, unit, digits)
+    x = value / scale
+    for digits in (3, 4):
+        shown = float(f"{x:.{digits}g}")
+        if (shown <= x) if side == "low" else (shown >= x):
+            return si(value, unit, digits)
+    step = 10.0 ** (math.floor(math.log10(abs(x))) - 3)  # the fourth significant digit's place
+    outward = (math.floor if side == "low" else math.ceil)(x / step) * step
+    return si(outward * scale, unit, 4)
 
 
 def si_interval(value: float, low: float, high: float, unit: str = "",

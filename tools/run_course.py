@@ -181,7 +181,7 @@ def summary_table(runs: list[NotebookRun]) -> str:
 def held_by_kind(runs: list[NotebookRun]) -> dict[str, int]:
     """The held verdicts counted by :meth:`perfkit.verdict.Prediction.kind` (a window, a floor, a
     ceiling, an exact check, a stored run), in :data:`perfkit.verdict.KINDS`' order, kinds with
-    none left out; records without a prediction (older notebooks) are not counted."""
+    none left out; records without a whole prediction (older notebooks) are not counted."""
     from perfkit.verdict import KINDS, Prediction
 
     counts = dict.fromkeys(KINDS, 0)
@@ -190,8 +190,11 @@ def held_by_kind(runs: list[NotebookRun]) -> dict[str, int]:
             d = v.get("prediction")
             if v["outcome"] != "held" or not isinstance(d, dict):
                 continue
-            p = Prediction(**{**d, "soft": tuple(d.get("soft", ())),
-                              "physical": tuple(d.get("physical", (None, None)))})
+            try:
+                p = Prediction(**{**d, "soft": tuple(d.get("soft", ())),
+                                  "physical": tuple(d.get("physical", (None, None)))})
+            except (TypeError, ValueError):  # a record from another version, or a partial one
+                continue
             counts[p.kind()] += 1
     return {k: n for k, n in counts.items() if n}
 

@@ -406,7 +406,13 @@ fit = ceilings.cached_copy_bytes(limits)  # bytes: the largest copy buffer the s
 print(f"memcpy: {si(copy_rw, 'B/s')} counted (read + written), {obs.share:.0%} of the DRAM ceiling in the "
       f"limits file ({si(obs.after, 'B/s')}, the fastest stream measured on this machine so far: "
       f"{limits.sources.get('dram', 'notebook 00')})"
-      + (f"; {obs.note}" if obs.raised else "") + (f"; the tensor is {4 * ENC_NUMEL / fit:.0f}x the largest "
+      + (f"; {obs.note}" if obs.raised else "") + (
+          "" if not (dram_copy := ceilings.dram_copy(limits))[0] or dram_copy[0] >= obs.after * 0.999 else
+          f"; that ceiling is an x + y's, credited up to 9/8 of a copy: copies against copies, the fastest "
+          f"DRAM-sized copy ({si(dram_copy[0], 'B/s')}) " + (
+              f"puts this memcpy at {copy_rw / dram_copy[0]:.0%} of it" if copy_rw <= dram_copy[0] else
+              "ran slower than this memcpy"))
+      + (f"; the tensor is {4 * ENC_NUMEL / fit:.0f}x the largest "
       f"buffer notebook 00's sweep copied at cache speed ({si(fit, 'B')})" if fit else ""))
 
 # %%

@@ -41,8 +41,9 @@ def test_held_verdicts_are_counted_by_what_their_prediction_could_test():
     stored = held(value=1.0, rel_tol=0.2, measured_here=False)
     # a record goes through JSON: tuples come back as lists
     listed = {**floor, "prediction": {**floor["prediction"], "physical": [0.0, None], "soft": []}}
+    partial = {**_v("held"), "prediction": {"what": "x"}}  # not a whole prediction: not counted
     runs = [NotebookRun("00_a", "ok", 1.0, verdicts=[window, floor, listed, ceiling, exact, stored,
-                                                     {**window, "outcome": "missed"}, _v("held")])]
+                                                     {**window, "outcome": "missed"}, _v("held"), partial])]
     text = scorecard(runs)
     # counted once each, held only, in the kinds' order; a record without a prediction is not counted
     assert "held, by what the prediction could test" in text

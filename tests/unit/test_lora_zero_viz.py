@@ -282,3 +282,14 @@ def test_against_plain_names_how_two_edges_built_by_one_rule_differ():
     assert vzero.stage_edge(3, ddp, 14, 4.37e-3, 0.4e-3, 2).against_plain(plain) == ""
     with pytest.raises(TypeError, match="plain"):
         e.against_plain(1.06)
+
+
+def test_a_factor_just_above_one_prints_with_the_decimals_that_keep_it_above_one():
+    # as run: "at 1.0x the all-reduce's time per byte it would explain all of the 17.2 µs", where
+    # the edge already charges 1.0x: the factor needed, 1.007x, printed at one decimal
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    e = vzero.stage_edge(1, ddp, 7, 4.05e-3, 0.399e-3, 2)
+    gather_s = e.bytes_s / (2 * e.all_reduces) if e.all_reduces else e.bytes_s
+    text = e.beyond(e.edge + 0.007 * gather_s / ddp.step_s)
+    assert "at 1.01x the all-reduce's time per byte it would explain all" in text
+    assert "at 1.0x the all-reduce's" not in text

@@ -426,8 +426,10 @@ def test_a_bound_never_prints_past_its_own_edge():
     # 10.08 ms it lies below; rounding to the nearest is the wrong implementation this catches
     assert si_bound(10.051, " ms", "low") == "10.05 ms"
     assert si_bound(10.051, " ms", "high") == "10.1 ms"
-    assert si_bound(1.0986, "x", "high") == "1.1x" and si_bound(1.0986, "x", "low") == "1.0986x"
+    assert si_bound(1.0986, "x", "high") == "1.1x" and si_bound(1.0986, "x", "low") == "1.098x"
+    # no more than four digits: past them the edge is rounded outward, not printed in full
+    assert si_bound(2.090305, "x", "high") == "2.091x" and si_bound(1.47999, "x", "low") == "1.479x"
     p = Prediction("step", "m", low=10.051, unit=" ms")
     assert p.describe() == "at least 10.05 ms"
     both = Prediction("r", "m", low=1.0986, high=1.0986 * 2, unit="x")
-    assert both.describe() == "between 1.0986x and 2.2x"
+    assert both.describe() == "between 1.098x and 2.2x"
