@@ -65,7 +65,9 @@ def min_samples(level: float) -> int:
 def median_bounds(xs: Sequence[float], level: float) -> tuple[float, float, int, float]:
     """The order-statistic interval of the median of ``xs`` at confidence ``level``.
 
-    Picks the largest ``k`` (the narrowest interval) whose coverage is still ``>= level``.
+    Picks the largest ``k`` (the narrowest symmetric pair: the ``k``-th smallest and ``k``-th
+    largest value; an asymmetric pair can be narrower, and is not used) whose coverage is still
+    ``>= level``.
 
     Args:
         xs: independent draws (finite numbers), at least :func:`min_samples` of ``level``.

@@ -30,7 +30,8 @@ inconclusive; it says "3 samples, fewer than the 5 a 90% interval needs". Two se
 need 6 samples each (each at ``sqrt(0.9)`` = 94.9 %).
 
 Every interval is at confidence :data:`LEVEL` or more. An order-statistic interval can only
-end on a sample, so its coverage moves in steps with ``n``: the narrowest one reaching 90 %
+end on a sample, so its coverage moves in steps with ``n``: the narrowest symmetric one (the
+``k``-th smallest to the ``k``-th largest sample; an asymmetric pair can be narrower) reaching 90 %
 covers 93.8 % at 5 samples, 98.4 % at 7 ([min, max]; the next pair in, 87.5 %) and 90.1 % at
 30. The estimate carries that exact coverage (``Estimate.coverage``; for separate runs the
 product of theirs, for a largest figure Bonferroni's sum) and prints it, rounded down:

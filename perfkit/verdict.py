@@ -95,6 +95,9 @@ class Prediction:
     this run", not "Measured", and never names this machine's load.
     ``timed=False``: a figure the machine's load cannot move (a loss from fixed seeds, bytes,
     a count) though it has an interval; load is never named for it either.
+    ``counted=True``: a figure counted in this run rather than timed (bytes handed to the
+    calls, calls made): the verdict labels it "Counted", not "Measured"; it implies ``timed``
+    is ``False``.
     ``soft``: the edges (``"low"``, ``"high"``) a model only expects rather than bounds, judged
     as a tolerance's: two ends of a model's range, or the 1x below which a fix would slow a
     step (nothing forbids it), beside an upper edge that is a real bound (Amdahl's).
@@ -111,15 +114,19 @@ class Prediction:
     measured_here: bool = True
     timed: bool = True
     soft: tuple[str, ...] = ()
+    counted: bool = False
 
     def __post_init__(self) -> None:
         if not self.what or not self.model:
             raise ValueError("what and model must be non-empty: say what is predicted and from which model")
-        for flag in ("measured_here", "timed"):
+        for flag in ("measured_here", "timed", "counted"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         for name in ("value", "rel_tol", "low", "high"):
             _num(name, getattr(self, name))
+        if self.counted and (self.timed or not self.measured_here):
+            raise ValueError("counted=True is a figure counted in this run: give it with timed=False "
+                             "and measured_here=True")
         if (self.value is None) == (self.low is None and self.high is None):
             raise ValueError("give either value (with rel_tol) or a bound (low and/or high)")
         if self.value is not None and (self.rel_tol is None or not 0 <= self.rel_tol < math.inf):
@@ -181,6 +188,13 @@ class Prediction:
         if self.value is not None or (self.low is not None and self.high is not None):
             return "test"
         return "floor" if self.low is not None else "ceiling"
+
+    def label(self) -> str:
+        """How the verdict names its figure: ``"Counted"`` (bytes or calls counted in this run),
+        ``"Measured"``, or ``"Figure, not measured in this run"``."""
+        if not self.measured_here:
+            return "Figure, not measured in this run"
+        return "Counted" if self.counted else "Measured"
 
     def describe(self) -> str:
         """The prediction as a phrase, e.g. ``"1.33x ± 10%"`` or ``"at most 1.34x"``."""
@@ -314,7 +328,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     lo, hi = p.bounds()
     plo, phi = _range("physical", p.physical)
     value, interval = r.value, r.interval
-    label = "Measured" if p.measured_here else "Figure, not measured in this run"
+    label = p.label()
     head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **{label}:** {r.shown(u, p.bounds())}"
     side = _side(r, lo, hi) if math.isfinite(value) else ""
     direction = ""
@@ -381,7 +395,7 @@ def context(prediction: Prediction, measured: float | Estimate,
     p, u = prediction, prediction.unit
     lo, hi = _range("within", p.physical if within is None else within)
     text = (f"**Context, not a prediction** ({p.model}): {p.what}, {p.describe()}. "
-            f"**Measured:** {r.shown(u)}.")
+            f"**{p.label()}:** {r.shown(u)}.")
     if p.can_fail(within):
         return text + " (This bound can fail here: judge it with a verdict.)"
     plo, phi = p.bounds()

@@ -150,7 +150,7 @@ class Reading:
         width = hi - lo
         if all(math.isfinite(b) for b in band) and band[1] > band[0]:
             text += (f"; the interval is {_apart(width, unit)} wide{samples}, the predicted range "
-                     f"{_apart(band[1] - band[0], unit)}")
+                     f"{_apart(band[1] - band[0], unit)} wide")
             if width > band[1] - band[0]:
                 text += " (narrower than the interval: only more samples, or less noise, can decide)"
         elif samples:
@@ -159,7 +159,7 @@ class Reading:
 
     def load(self) -> str:
         """``" (When judged: load average 5.2 on 2 cores, 2.6 runnable tasks per core, this
-        run's own processes included; the 90% interval spans 23% of the figure.)"`` when the
+        run's own processes included; the 90% interval is 23% of the figure wide.)"`` when the
         load exceeds the cores, else ``""``. The load average counts every runnable task, the
         measurement's own processes and threads too: it sizes the contention, and does not
         say that other jobs ran."""
@@ -170,7 +170,8 @@ class Reading:
                 f"{m['load'] / m['cores']:.1f} runnable tasks per core, this run's own processes included")
         if self.interval is not None and self.value:
             spans = (self.interval[1] - self.interval[0]) / abs(self.value)
-            text += f"; the {self.words} spans {spans:.0%} of the figure"
+            wide = f"{spans:.2g}x the figure" if spans >= 1 else f"{spans:.0%} of the figure"
+            text += f"; the {self.words} is {wide} wide"
         return text + ".)"
 
 

@@ -82,7 +82,8 @@ def pct(share):  # "44%", "0.47%": a small share keeps its digits
 # products of length `k`: one multiply and one add per term, so `2·m·n·k` FLOPs. At the very
 # least it reads both inputs and writes the output once: `(m·k + k·n + m·n)` elements. Their
 # ratio is the **arithmetic intensity**, FLOPs per byte. For a square fp32 matmul it is
-# `2n³ / (3n²·4) = n/6`: it grows with `n`, which is why big matmuls are the one operation
+# `2n³ / (3n²·4) = n/6`: it grows with `n`, which is why big matmuls, and the operations that run
+# as matmuls (convolutions lowered to one, attention fused into one kernel), are the ones
 # that can keep a processor's arithmetic units busy. These numbers are exact, so the cell
 # below keeps its output and CI checks it.
 
@@ -156,12 +157,13 @@ plt.show()
 # on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
 # `perfkit.sizing.matmul_ratio`), on **one thread**, where no barrier waits for another thread,
 # and the ratio of their rates gets an interval. The course prints two kinds of span. An
-# **interval** is a confidence interval: the narrowest order-statistic interval of the samples
-# that covers the median with at least 90 % probability, printed with its exact coverage rounded down to
+# **interval** is a confidence interval: the narrowest symmetric order-statistic interval (the k-th smallest
+# to the k-th largest sample) that covers the median with at least 90 % probability, printed with its exact coverage rounded down to
 # a whole percent (93 % at 5 samples, 98 % at 7, 90 % at 30). A **range** is the spread of single repeats (p10 to
 # p90, or as its label says), printed as "range" or "spread": it claims no confidence, and a
-# verdict judged on one says only where the repeats fell. An interval covers the median of this
-# session's repeats, under this moment's load: not the machine across sessions, so a figure timed
+# verdict judged on one says only where the repeats fell. An interval covers, with its stated
+# probability, the median of the distribution these repeats are drawn from, under this session's
+# load (the repeats' own median always lies inside it): not the machine across sessions, so a figure timed
 # minutes earlier (the sweep's) can lie outside it without contradicting it. Beside this interval,
 # the sweep's own ratio of the two sizes on one thread, and what it saw of the smallest size on every core.
 

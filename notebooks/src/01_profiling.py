@@ -288,7 +288,8 @@ print(f"This monitored step's median, {gpt.step.p50_s * 1e3:.1f} ms, is {gpt.ste
 
 # %%
 fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4))
-vprof.plot_phase_bars(healthy, unit="ms", ax=ax1, title="Median share x median step (ms)", stat="median")
+vprof.plot_phase_bars(healthy, unit="ms", ax=ax1, title="Each phase's median (ms; need not sum to the median step)",
+                      stat="median")
 vprof.plot_phase_bars(healthy, unit="%", ax=ax2, title="Median share of the step (medians need not sum to 100 %)",
                       stat="median")
 plt.show()
@@ -476,7 +477,12 @@ MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")  # the fused attention kernel
 attn_share = sum(o.share for o in res.top_ops if "scaled_dot_product" in o.name)
 mm_share = sum(o.share for o in res.top_ops if o.name in MATMULS)
 mm_rank = next((i + 1 for i, o in enumerate(res.top_ops) if o.name in MATMULS), len(res.top_ops) + 1)
-print(f"matmul operators: {mm_share:.0%} of all operator self time; the first is rank {mm_rank}")
+rank, top = next(((i + 1, o) for i, o in enumerate(res.top_ops)  # the first that multiplies no matrices
+                  if o.name not in MATMULS and "scaled_dot_product" not in o.name), (0, None))
+print(f"matmul operators: {mm_share:.0%} of all operator self time; the first is rank {mm_rank}"
+      + (f"; the first operator that multiplies no matrices, {top.name}, is rank {rank} with {top.share:.1%}"
+         + (" (the loss's log-softmax over the vocabulary, one logit per token and vocabulary entry: few FLOPs, "
+            "many bytes)" if "log_softmax" in top.name else "") if top else ""))
 p_top = Prediction("rank of the first matmul operator by self time", "matmuls carry almost all FLOPs",
                    value=1, rel_tol=0)
 viz.verdict(p_top, mm_rank, explain={
@@ -698,14 +704,14 @@ if compute:
           f"the step is {placed} (HFU {where.mfu.value:.1%} at that run's "
           f"{steps.median_s * 1e3:.1f} ms step; the same FLOPs at this run's {fixed.step.p50_s * 1e3:.1f} ms: "
           f"{where.mfu.value * steps.median_s / fixed.step.p50_s:.1%}).")
-vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
-                      title="Before and after the fix, two separate runs (mean ms per step)")
+vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms", stat="median",
+                      title="Before and after the fix, two separate runs (each phase's median ms)")
 plt.show()
 fb = {k: [(r["forward"].mean_s + r["backward"].mean_s) * 1e3, (r["forward"].p50_s + r["backward"].p50_s) * 1e3]
       for k, r in (("slow", slow), ("fixed", fixed))}  # ms: forward + backward, [means, medians]
 alt_fb = {k: (a["forward"].p50_s + a["backward"].p50_s) * 1e3 for k, a in phases.items()}  # ms: alternating rounds
-print(f"Forward + backward, the same model in both runs: {fb['slow'][0]:.1f} against {fb['fixed'][0]:.1f} ms by the "
-      f"means drawn, {fb['slow'][1]:.1f} against {fb['fixed'][1]:.1f} ms by the medians"
+print(f"Forward + backward, the same model in both runs: {fb['slow'][1]:.1f} against {fb['fixed'][1]:.1f} ms by the "
+      f"medians drawn, {fb['slow'][0]:.1f} against {fb['fixed'][0]:.1f} ms by the means"
       + (": the means carry stalled steps that the medians leave out." if fb["slow"][0] / fb["fixed"][0] > 1.25 *
          fb["slow"][1] / fb["fixed"][1] or fb["fixed"][0] / fb["slow"][0] > 1.25 * fb["fixed"][1] / fb["slow"][1]
          else ".") + ("" if abs(fb["slow"][1] / fb["fixed"][1] - 1) <= 0.1 else  # beyond 1c's 10 %: say which runs
@@ -834,7 +840,13 @@ print(f"On the windows read back above it is true at steps {fires}; the slow pip
 # wrong first step. `python -m perfkit diagnose train.py [its args]` runs it unchanged:
 #
 # * a **step** ends where an optimizer step ends (torch's global optimizer step hooks, which
-#   plain loops, Hugging Face `Trainer`, DeepSpeed and DDP all pass through);
+#   every `torch.optim` optimizer calls: plain loops, Hugging Face `Trainer` and DDP call one
+#   `step()` per training step; an optimizer wrapping another nests its call and counts once).
+#   Where a training step calls `step()` several times one after another, the hooks count each
+#   call as a step: DeepSpeed's ZeRO stages 1 and 2 step the wrapped optimizer once per parameter
+#   group, ZeRO-3 once per sub-group, and a loop with several optimizers steps each. There, name
+#   a module-level function of the script that runs once per training step with
+#   `--step-marker MODULE:FUNCTION`: its return ends a step instead;
 # * **data wait** is the time spent in the DataLoader iterator's `__next__`;
 # * after `--skip` warm-up steps, `--steps` steps are recorded with `torch.profiler`, and each
 #   microsecond of them is counted once, in the first of: data, host-device **sync**
@@ -953,8 +965,9 @@ print(f"written to {DIAG_REL / 'data_bound'}: " + ", ".join(sorted(p.name for p 
 # ### Memory: the peak, and the model states' part of it
 #
 # The report gives the peak memory (on a CPU the process's resident-set high-water mark, on a
-# GPU the CUDA allocator's peak) and, since every optimizer that steps passes through the
-# hooks, the bytes of the parameters, gradients and optimizer state it holds, counted from
+# GPU the CUDA allocator's peak) and, for every `torch.optim` optimizer whose `step()` the
+# hooks saw (under DeepSpeed, the one its engine wraps), the bytes of the parameters, gradients
+# and optimizer state it holds, counted from
 # their tensors (`perfkit.profiling.memory_split`). **Prediction.** `healthy_cnn.py` trains
 # with SGD with momentum in fp32: the gradients are as large as the parameters, and so is the
 # momentum buffer, so the model states are exactly 3x the parameter bytes (notebook 04's
@@ -973,7 +986,13 @@ viz.verdict(p_states, states / mem["params_bytes"], explain={
             "MiB besides its model states.",
     "above": f"{', '.join(mem['optimizers'])} holds {mem['optimizer_bytes'] / mem['params_bytes']:.2f} bytes "
              "of state per parameter byte, more than one momentum buffer."})
-fig = viz.plot_memory_split(reports["healthy_cnn"])
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.2))
+viz.plot_memory_split(reports["healthy_cnn"], ax=ax1)
+viz.plot_memory_split(reports["healthy_cnn"], ax=ax2)  # the same bar, zoomed on the model states
+lo = (mem["start_bytes"] or 0) / 2**20  # MiB: where the model states begin on the bar
+ax2.set_xlim(lo, lo + 1.25 * states / 2**20)
+ax2.get_legend().remove()  # the top bar's legend names the same segments
+ax2.set_title(f"zoomed on the model states ({states / 2**10:.0f} KiB)")
 plt.show()
 
 # %% [markdown]

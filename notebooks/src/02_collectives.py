@@ -130,10 +130,12 @@ for n in (2, 3, 4, 8, 64):
 # **Prediction.** The simplest model (Hockney's, after the 1994 model of message passing on
 # parallel computers) charges every message a fixed start-up time
 # `alpha` (system calls, waking the peer, synchronisation) plus its size over a bandwidth:
-# `t(S) = alpha + S / bandwidth`. The model charges a small message about `alpha` whatever its
-# size (latency-bound; the line after the fits checks that against the measured small sizes and says
-# where they contradict it); large ones should approach the bandwidth (bandwidth-bound); the crossover is
-# near `S = alpha × bandwidth`. On loopback TCP each byte sent is copied into a kernel buffer by the
+# `t(S) = alpha + S / bandwidth`. In the model a small message costs about `alpha` whatever its
+# size (latency-bound) and a large one moves at the bandwidth (bandwidth-bound), the crossover near
+# `S = alpha × bandwidth`. These are the model's claims, not findings: the lines after the fits hold them
+# against the measured sizes (how far apart the small sizes ran, against `alpha`; where a collective's
+# busbw fell at the large sizes instead of levelling off) and say, per collective, where this run
+# contradicts them. On loopback TCP each byte sent is copied into a kernel buffer by the
 # sender and out of one by the receiver, and all processes copy on one memory. Counting those copies
 # against the bytes busbw counts gives each collective its own expectation, as a share of the buffer rate
 # of this machine's fastest DRAM-sized copy (printed above; `perfkit.comm.loopback_copy_share`): on 2
@@ -143,7 +145,8 @@ for n in (2, 3, 4, 8, 64):
 # copies). System calls, the TCP stack and the summing only lower it further. These are expectations from
 # counting copies, not physical bounds: a copy through kernel buffers the cache holds runs faster than a
 # DRAM-sized one. The table after the fit holds every collective's peak busbw against its own; the
-# all-reduce's is recorded as a verdict.
+# verdict judges the all-reduce's busbw at the largest size, the bandwidth-bound end, with the
+# spread of its repetitions (its text says where the peak lay and what share that was).
 # We also expect the fit's median relative error over the sizes to be at most 25 %. That bounds the
 # typical size's miss, not every size's: a line in which time grows with size cannot describe a larger
 # message that ran faster than a smaller one. The table (`perfkit.comm.fits_table`) gives, for every
@@ -196,10 +199,11 @@ viz.verdict(Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share
                        "processes on one memory", high=quarter, physical=(0, None)), share_big, explain={
     "held": f"At that copy rate the four copies (two per process) would take {share_big.value / quarter:.0%} of the "
             "time measured; "
-            "this run does not split the rest between system calls, the TCP stack and the summing.",
+            "this run does not split the rest between system calls, the TCP stack and the summing."
+            + comm.peak_busbw_text(by_op["all_reduce"], ar_big, memcpy, quarter),
     "above": f"The buffer is {ar_big.nbytes / (limits.llc_bytes or 1):.2g}x the last-level cache"
              + (": its copies can run from cache, faster than a DRAM-sized copy." if ar_big.nbytes < (
-                 limits.llc_bytes or 0) else ".")})
+                 limits.llc_bytes or 0) else ".") + comm.peak_busbw_text(by_op["all_reduce"], ar_big, memcpy, quarter)})
 q = quality["all_reduce"]
 viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha + S / bandwidth",
                        high=0.25, physical=(0, None)), q.median_rel_error, explain={
@@ -295,7 +299,7 @@ viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all
 # next to a message's latency here (gloo's own time for that call, printed with the verdict), the two
 # take the same time: the prediction is
 # a ratio of 1 within 30 %, judged on the median of the paired repetitions' ratios and its interval
-# (`perfkit.stats.median_ratio`: the narrowest pair of sorted ratios that covers the median at least
+# (`perfkit.stats.median_ratio`: the k-th smallest to the k-th largest ratio, for the largest k that covers the median at least
 # 90 % of the time whatever their distribution; its exact coverage is printed with it, rounded down). With 7 pairs
 # that interval is the whole range of the ratios (98 %), too wide to test a 30 % claim on loopback
 # TCP, so the ring is timed in `RING_REPEAT` pairs.
@@ -447,9 +451,14 @@ plt.show()
 # **Prediction (overlap).** A gradient exists only once backward has produced it, so only the
 # **backward** pass can hide the all-reduces; the forward pass runs before any gradient exists.
 # The bucketed step does the overlapped one's work (forward, backward, the same buckets, copies
-# and all-reduces) with its communication after backward: its communication is `bucketed -
-# compute` (compute: forward and backward without communication), and the overlapped step saved
-# `(bucketed - overlapped) / (bucketed - compute)` of it (`perfkit.comm.hidden_share`). The
+# and all-reduces) with its communication after backward. Its **communication** is defined here as
+# what it exposes, `bucketed - compute` (compute: forward and backward without communication, timed
+# in the same rounds, a reference rather than a floor): the time communication adds to a step that
+# overlaps none of it. That is not the all-reduces' own duration: they are also timed alone (below),
+# and the medians of separately scattered timings need not add up, so the two can differ either way;
+# the line after the timings prints both, and what the overlap figures would be against the other
+# reading. The overlapped step saved `(bucketed - overlapped) / (bucketed - compute)` of the exposed
+# communication (`perfkit.comm.hidden_share`). The
 # prediction: that share lies between 0 and the ceiling `min(backward, communication) / communication`:
 # communication longer than the backward pass cannot all hide behind it. The ceiling assumes the
 # all-reduces take as long during backward as after it, one at a time; on gloo that assumption can
@@ -475,7 +484,7 @@ plt.show()
 # would also run whole cycles of 18 rounds, so `DP_REPEAT` (3 or 25) would grow to 18 or 36 rounds. The step
 # times printed are medians; every ratio below is the **median of the rounds'
 # paired ratios**, with its interval between two of the sorted ratios (`perfkit.stats.median_ratio`,
-# at least 5 rounds; the narrowest covering at least 90 %, its exact coverage printed with it, rounded down), which
+# at least 5 rounds; the narrowest symmetric pair covering at least 90 %, its exact coverage printed with it, rounded down), which
 # can differ from the ratio of the two medians printed beside it.
 
 # %%
@@ -521,15 +530,18 @@ comm_in = t["bucketed"] - t["compute_only"]  # s: the communication inside the b
 backward_s, backward_said = comm.backward_reading(reps)  # s: backward for the ceilings, and which reading it is
 print(f"compute only {si(t['compute_only'], 's')} (forward alone {si(t['forward_only'], 's')}, backward alone "
       f"{si(t['backward_only'], 's')}); bucketed step "
-      f"{si(t['bucketed'], 's')}, so {si(comm_in, 's')} of communication in it; overlapped {si(t['overlapped'], 's')}"
+      f"{si(t['bucketed'], 's')}, so it exposes {si(comm_in, 's')} of communication; overlapped {si(t['overlapped'], 's')}"
       + backward_said)
 together = stats.median_ratio(reps["comm_together"], reps["comm_only"])  # launched together / one after another
-print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alone {si(t['comm_only'], 's')} one "
+k_last = res2["data_parallel"]["accumulate"][-1]  # section 5's largest k: a micro-batch holds a step's compute
+micro = k_last["s_per_sample"] * k_last["samples_per_step"] / k_last["k"]  # s, its share of the all-reduce in
+print(f"the bucketed all-reduces: {si(comm_in, 's')} exposed in the step; timed alone {si(t['comm_only'], 's')} one "
       f"after another and {si(t['comm_together'], 's')} all launched before any wait; "
       f"{si(pred_bucket, 's')} by the alpha-beta model above. Launched together over one after another: "
       f"{together.text('x')}." + together.beside(t["comm_together"] / t["comm_only"], judged=False)
       + comm.alone_against_model_text(t["comm_only"], pred_bucket, cmp["buckets"])  # either way it misses
-      + comm.step_comm_text(reps))  # the step's communication against the all-reduces timed alone
+      + comm.step_comm_text(reps, shorter_compute=(  # the exposed communication against the other readings
+          f"section 5's k={k_last['k']} micro-batch, its share of the all-reduce included,", micro)))
 if comm_in > 0:
     hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward_s, same rounds
     saved = hidden.value * comm_in  # s: what the overlap saved on the bucketed step, the median round
@@ -541,7 +553,7 @@ if comm_in > 0:
                     + ": medians of separately scattered steps need not subtract to what the median round saved, "
                     "and the verdict judges the rounds' own differences."
                     if shown is not None and abs(shown - hidden.value) > 0.02 else "")
-    overlap_v = judge(Prediction("share of the bucketed step's communication the overlapped step saved",
+    overlap_v = judge(Prediction("share of the bucketed step's exposed communication the overlapped step saved",
                                  "min(backward, comm) / comm, if all-reduces run one at a time",
                                  low=0.0, high=ceiling, physical=(None, 1)), hidden, explain={
         "held": comm.overlap_held_text(hidden, ceiling) + medians_note,
@@ -550,7 +562,7 @@ if comm_in > 0:
                             "across an edge of the predicted range")
                          + f" 0 to {ceiling:.2f}: the bucketed step's {len(reps['bucketed'])} rounds' p10 to p90 span "
                          f"{si(stats.quantile(reps['bucketed'], 0.9) - stats.quantile(reps['bucketed'], 0.1), 's')}, "
-                         f"against {si(comm_in, 's')} of communication to share out." if hidden.has_interval else ""),
+                         f"against {si(comm_in, 's')} of exposed communication to share out." if hidden.has_interval else ""),
         "above": f"In the median round the overlapped step saved {si(saved, 's')} on the bucketed one, more than "
                  f"the {si(ceiling * comm_in, 's')} backward can cover (the ceiling, from the reading of "
                  "backward above): its all-reduces cost less than the bucketed step's, against the ceiling's assumption."
@@ -590,8 +602,9 @@ print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.text('x')}." + 
 # communicated per sample should fall as `1/k` exactly, while the gradient equals one big
 # batch's. Time per sample falls less: only the communication shrinks. The verdict judges that
 # bound (between `1/k` and 1). A sharper figure takes section 4's compute alone as a micro-batch's
-# compute, a floor from other rounds of the same job: the verdict prints it only where the measured
-# micro-batch did not beat that floor (the line after the table says when it did).
+# compute: a reference from other rounds of the same job, not a floor, since a micro-batch can beat
+# it. The verdict prints that figure only where the measured micro-batch did not beat the reference
+# (the line after the table says when it did).
 
 # %%
 bk, acc = res2["data_parallel"]["buckets"], res2["data_parallel"]["accumulate"]
@@ -603,13 +616,12 @@ for a in acc:
     print(f"k={a['k']}: {a['allreduce_bytes_per_sample']:8.0f} B/sample "
           f"(k=1 value / k = {acc[0]['allreduce_bytes_per_sample'] / a['k']:8.0f}), "
           f"{si(a['s_per_sample'], 's')}/sample, max |grad - big batch| {a['max_abs_diff_vs_big_batch']:.1e}")
-micro = acc[-1]["s_per_sample"] * acc[-1]["samples_per_step"] / acc[-1]["k"]  # s per micro-batch, all-reduce share in
-if micro < t["compute_only"]:
+if micro < t["compute_only"]:  # micro: s per micro-batch at the largest k (section 4's cell)
     print(f"At k={acc[-1]['k']} a micro-batch took {si(micro, 's')}, its share of the all-reduce included: less than "
-          f"section 4's compute alone ({si(t['compute_only'], 's')}), the floor the sharper figure assumes. That floor "
-          "is no floor here: it was timed in other rounds, between eight other timings, and a micro-batch here beat "
-          "it; so the sharper figure is not printed, and this section compares the ks only with each other, timed "
-          "in alternation.")
+          f"section 4's compute alone ({si(t['compute_only'], 's')}), the reference the sharper figure takes as a "
+          "micro-batch's compute. Timed in other rounds, between eight other timings, it overstates a micro-batch's "
+          "compute here (section 4's line gives its readings against this micro-batch); so the sharper figure is not "
+          "printed, and this section compares the ks only with each other, timed in alternation.")
 elif t["compute_only"] >= acc[0]["step_s"]:
     print(f"Section 4's compute alone ({si(t['compute_only'], 's')}, other rounds) is no shorter than k=1's whole "
           f"step ({si(acc[0]['step_s'], 's')}): it leaves no all-reduce to shrink, so the sharper figure is not "
@@ -662,7 +674,7 @@ viz.show_headlines({
     f"all-reduce busbw at {si(ar_big.nbytes, 'B')}": f"{si(ar_big.busbw, 'B/s')} "
                                                      f"({ar_big.busbw / memcpy:.2g} of the fastest DRAM-sized copy's "
                                                      "buffer rate)",
-    "overlapped step's saving (share of the bucketed step's communication)": (
+    "overlapped step's saving (share of the bucketed step's exposed communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
         f"{hidden.scaled(100).text('%')}, {overlap_said}; {comm.overlap_apart_text(hidden, apart, True, pct=True)}"
         + (f" (by the two steps' medians, {shown:.2f}: within the rounds' scatter)"
@@ -697,7 +709,7 @@ print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].
       "so layer i+1's overlaps layer i's compute; FSDP1's forward_prefetch=True only changes the CPU's issue "
       "order, which helps a CPU-bound step: PyTorch's FSDP notes, 'FSDP Prefetch Nuances')"
       + (f"; here the paired rounds put the overlapped step's saving at {hidden.scaled(100).text('%')} of the "
-         f"bucketed step's communication, {overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
+         f"bucketed step's exposed communication, {overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
          + (f" (the two steps' medians give {shown:.2f}: the rounds scatter more than the overlap changes)."
             if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
          if hidden is not None else "; here no communication showed in the bucketed step to hide."))

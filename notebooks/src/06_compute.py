@@ -38,6 +38,7 @@ import os
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
+import collections
 import statistics
 from dataclasses import replace
 
@@ -46,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from perfkit import ceilings, compute, hw, sizing, stats, timing, viz
-from perfkit.compute import autocast_parts, budget, compiling, fusion, kernels, throughput
+from perfkit.compute import autocast_parts, autocast_record, budget, compiling, fusion, kernels, throughput
 from perfkit.compute import experiments as ex
 from perfkit.models import gpt2_workload, tiny_gpt2
 from perfkit.verdict import Prediction, judge
@@ -114,7 +115,7 @@ with sizing.pinned_threads(THREADS):  # one bf16 call at each sweep's smallest s
     pa, pb = (torch.randn(*s, device=DEVICE, dtype=torch.bfloat16) for s in ((1024, 256), (256, min(MATMUL_N))))
     probe_mm = timing.benchmark(lambda: pa @ pb, warmup=1, repeat=1, device=DEVICE).median_s  # s
 AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}), threads=CEIL_THREADS,
-                             calls=LOSS_STEPS + 2 * REPEAT + 3, budget_s=0.12 * BUDGET_S, probe_s=probe[1])
+                             calls=LOSS_STEPS + 2 * REPEAT + 4, budget_s=0.12 * BUDGET_S, probe_s=probe[1])
 AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
 BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES, calls=(3 if QUICK else REPEAT) + 1,
                                budget_s=0.1 * BUDGET_S, probe_s=probe[BATCHES[0]], threads=CEIL_THREADS)
@@ -191,7 +192,8 @@ print(ex.largest_rise(curves))
 # the loss, AdamW, Python and dispatch) runs the same in both, as the model assumes. **The forecast** reads `f` and
 # `r` off figures measured before this notebook, on the threads the step runs on: `f` = the fp32
 # step's model FLOPs at the fp32 ceiling (notebook 00's, or an operation of another notebook that
-# beat it) over the fp32 step's time, `r` = bf16's rate over fp32's in notebook 00's
+# beat it) over the fp32 step's time (timed alone, so the forecast prints before any bf16 step is
+# timed), `r` = bf16's rate over fp32's in notebook 00's
 # sweep, at the square size nearest the step's matmuls in FLOPs among those swept in both dtypes on
 # these threads, which can be the only one and then not near (`autocast_parts.swept_ratio`). Not
 # the ratio of the two ceilings: a ceiling rises whenever an operation beats it, and the bf16
@@ -219,6 +221,24 @@ x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
 shape = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ)
 flops = shape.train_flops(BATCH)  # model FLOPs of one step (section 6 explains the formula)
 xa = x[:AMP_BATCH]  # (AMP_BATCH, T): the batch sized for bf16 above
+found = limits  # the ceilings and sweep as this notebook found them: the forecast reads these
+with sizing.pinned_threads(THREADS):  # the forecast's f: the fp32 step timed alone, before any bf16 timing
+    fp32_alone = timing.benchmark(ex.gpt_step(GPT, xa, "fp32"), warmup=1, repeat=REPEAT, device=DEVICE)
+bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample (counted)
+calls = collections.Counter(c.kind for c in autocast_record.record_parts(ex.gpt_step(GPT, xa, "bf16")))
+f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), fp32_alone.median_s,
+                              found.peak_flops("float32", CEIL_THREADS)))  # the forecast's f
+per_call = bf16_per_sample * AMP_BATCH / (calls["matmul"] + calls["attention"])  # FLOPs per call
+swept = autocast_parts.swept_ratio(found, "bfloat16", per_call, threads=CEIL_THREADS)  # the forecast's r
+crude = autocast_parts.amdahl(f_ceil, swept.ratio) if swept else None
+on = f"on {THREADS} thread{'s' * (THREADS != 1)}"
+print(f"forecast {on}, before any bf16 step is timed: f = {f_ceil:.1%} (the fp32 step's model FLOPs at the fp32 "
+      f"ceiling, over its time alone, {fp32_alone.median_s * 1e3:.1f} ms), "
+      + (f"r = {swept.ratio:.3g} ({swept.describe()}; the step's matmul and attention calls average "
+         f"{si(per_call, 'FLOP')}) -> {crude:.3g}x" if swept else
+         "and no r: notebook 00's sweep holds no size timed in both bf16 and fp32, so nothing is forecast"))
+
+# %%
 parts = autocast_parts.time_autocast_parts(ex.gpt_step(GPT, xa, "fp32"), ex.gpt_step(GPT, xa, "bf16"),
                                            repeat=REPEAT, threads=THREADS)
 amp = parts.steps  # the two steps, timed in the same rounds as the parts
@@ -229,14 +249,11 @@ for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
 # FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
 # elementwise work, so a lower bound), over the bf16 matmuls and attention replayed alone (the parts
 # below) and over the whole bf16 step; a rate that beats the bf16 ceiling raises it (perfkit.ceilings)
-found = limits  # the ceilings and sweep as this notebook found them: the next cell's forecast reads these
-bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
 mm_s = sum(parts.parts[k].candidate.median_s for k in ("matmul", "attention"))  # s, medians
 for what, sec in ((f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", mm_s),
                   (f"the bf16 step at batch {AMP_BATCH}", amp.candidate.median_s)):
     limits = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / sec, what, threads=CEIL_THREADS).limits
 bf16_found, bf16_now = (lim.peak_flops("bfloat16", CEIL_THREADS) for lim in (found, limits))  # FLOP/s
-on = f"on {THREADS} thread{'s' * (THREADS != 1)}"
 print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'FLOP/s')} in its matmuls and "
       f"attention replayed alone, which take {mm_s / amp.candidate.median_s:.0%} of the step's time; "
       + (f"the bf16 ceiling {on} ({si(bf16_found, 'FLOP/s')}, from "
@@ -249,15 +266,6 @@ print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'F
                                      f"batch {AMP_BATCH}")))
 
 # %%
-f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
-                              found.peak_flops("float32", CEIL_THREADS)))  # the forecast's f
-per_call = bf16_per_sample * AMP_BATCH / (parts.counts["matmul"] + parts.counts["attention"])  # FLOPs per call
-swept = autocast_parts.swept_ratio(found, "bfloat16", per_call, threads=CEIL_THREADS)  # the forecast's r
-crude = autocast_parts.amdahl(f_ceil, swept.ratio) if swept else None
-print(f"forecast {on}: f = {f_ceil:.1%} (the fp32 step's model FLOPs at the fp32 ceiling, over its time), "
-      + (f"r = {swept.ratio:.3g} ({swept.describe()}; the step's matmul and attention calls average "
-         f"{si(per_call, 'FLOP')}) -> {crude:.3g}x" if swept else
-         "and no r: notebook 00's sweep holds no size timed in both bf16 and fp32, so nothing is forecast"))
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
       + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x (f: every row of the table, summed round by "
@@ -318,9 +326,12 @@ else:
 # %% [markdown]
 # ## 2. Fusion: what one kernel saves over nine
 #
-# **Question.** GPT-2's tanh-approximated GELU after a bias add is a chain of nine
-# elementwise operations when written in PyTorch. Each one is a separate kernel: it reads its
-# inputs from memory and writes its result back. How much slower is that than one kernel that
+# **Question.** The chain below is a standalone bias add followed by GPT-2's tanh-approximated
+# GELU, written out in PyTorch: nine elementwise operations, the add and the GELU's eight. (In
+# GPT-2 itself the bias is added inside the matmul, `addmm` in Hugging Face's `Conv1D` and
+# `nn.Linear` in nanoGPT, which leaves the GELU's eight; nanoGPT uses the exact GELU, not tanh.)
+# Each one is a separate kernel: it reads its inputs from memory and writes its result back.
+# How much slower is that than one kernel that
 # reads `x` once and writes the result once?
 #
 # **The bytes model.** An elementwise op does a few FLOPs per element and moves 8-12 bytes per
@@ -427,9 +438,10 @@ why_eager, why_fused = fusion.chain_explanations(model_s, rec, f"the DRAM ceilin
 viz.verdict(Prediction("eager chain time", "bytes at the DRAM ceiling + one page-faulted tensor per op",
                        value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
             stats.median_interval(rec.eager.times_s).scaled(1e3), explain=why_eager)
-viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above: bytes and {chain.kernels} new "
-                       "tensors eager, over bytes and 1 new tensor fused", value=model_s.speedup, rel_tol=0.25,
-                       unit="x"), fused_x, explain=why_fused)
+fused_v = judge(Prediction("compiled chain's speedup over eager", f"the model above: bytes and {chain.kernels} new "
+                          "tensors eager, over bytes and 1 new tensor fused", value=model_s.speedup, rel_tol=0.25,
+                          unit="x"), fused_x, explain=why_fused)
+viz.show_verdict(fused_v)  # its outcome goes to the headlines
 
 # %% [markdown]
 # On the roofline of notebook 00 (FLOPs counted as about 10 per element: 7 multiplies and adds,
@@ -699,8 +711,9 @@ for T in GPT_ATTN_T:
 # **Prediction.** odd widths run at the rate of even widths that are multiples of no vector
 # width (`n % 4 == 2`), within 10 % (the widths differ by up to 7 % in size). How both groups
 # compare with the multiples of 64 is measured and printed, without a prediction. Below,
-# `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved; bf16 at the
-# widths its plan kept (a dtype is swept only with an aligned and an odd width among them).
+# `(1024, 256) @ (256, n)` for `n` around 1024 in fp32, the widths interleaved; bf16 too, at the
+# widths its plan kept, but only where those hold an aligned and an odd width (the cell prints
+# whether they do: where bf16 is emulated, the plan usually keeps too few, and only fp32 runs).
 # The intervals printed after the sweep take each width's median as one sample of its group and
 # carry both groups' spread (a ratio of two groups' medians); neither counts each width's own
 # timing noise, so both are narrower than the whole uncertainty.
@@ -869,7 +882,8 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
           sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
           .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
          throughput.own_ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, "bf16 step", found, f"batch {bf16_top.batch}")) + "." + throughput.model_rate_note(
-          bf16_top, bf16_per_sample * bf16_top.batch, obs.limits.peak_flops("bfloat16", CEIL_THREADS), f"the bfloat16 ceiling {on}"))
+          bf16_top, bf16_per_sample * bf16_top.batch, obs.limits.peak_flops("bfloat16", CEIL_THREADS), f"the bfloat16 ceiling {on}",
+          6 * n_flat * bf16_top.tokens_per_step))  # the 6N charge on the biases and norms, in no matmul
 limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
 plt.show()
@@ -941,13 +955,14 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
     k: ex.hidden_side(curve.gain(-1, curve.rival()).value, 0.9, "x") + "The refined model's terms: "
        f"{curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}" for k in ("below", "held")})
 print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the same ratio in the sweep's rounds
-viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
-                       f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
-                       "account, not a forecast" if curve.batches[curve.rival()] == FIT else "")
-                       + f"; {len(placed['outside'])} of the {others} batches it was not fitted on measured outside "
-                       f"their printed ranges, {len(placed['at the edge'])} at their edge",
-                       low=lo, high=hi, unit="x", soft=("low", "high")),
-            curve.gain(-1, curve.rival()), explain=curve.explain())
+refined_v = judge(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
+                            f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
+                            "account, not a forecast" if curve.batches[curve.rival()] == FIT else "")
+                            + f"; {len(placed['outside'])} of the {others} batches it was not fitted on measured "
+                            f"outside their printed ranges, {len(placed['at the edge'])} at their edge",
+                            low=lo, high=hi, unit="x", soft=("low", "high")),
+                 curve.gain(-1, curve.rival()), explain=curve.explain())
+viz.show_verdict(refined_v)  # its outcome goes to the headlines
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)
@@ -986,8 +1001,12 @@ print(f"the fp32 batch-{BATCH} step in this notebook: " + "; ".join(f"{k}: {v:.1
 # %% [markdown]
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
 # GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
-# bisect (`budget.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
-# killed), so here the budget applies to a count: model states (weights, gradients, AdamW's two
+# bisect (`budget.OOMProbe`). On a CPU that search cannot be relied on: PyTorch does raise a
+# catchable `RuntimeError` when an allocation itself fails (under `ulimit -v`, or with Linux's
+# overcommit off), but by default Linux overcommits, so the allocation succeeds and the process
+# swaps or is killed by the out-of-memory killer later, when it touches the pages (as under a
+# cgroup's memory limit). So here the budget applies to a count: model states (weights,
+# gradients, AdamW's two
 # moments: 4 + 4 + 8 = 16 bytes per fp32 parameter) plus the activations autograd saves, measured
 # exactly per batch (`budget.BudgetProbe`).
 # **Prediction:** bytes grow linearly in the batch, `states + b·per_sample`, so two probes predict
@@ -1078,7 +1097,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 viz.show_headlines({
     f"bf16 step, fp32's time over bf16's (batch {AMP_BATCH}; below 1x: bf16 slower)": ex.ratio_text(amp),
     "bf16 step by Amdahl's law (section 1's verdicts)": parts.summary(acct, fc),
-    "GELU chain compiled": f"{fused_x.text('x')}, compile {rec.compile_s:.1f} s",
+    "GELU chain compiled (section 2's verdict)": f"{fused_x.text('x')} against {fused_v.prediction.value:.2f}x "
+    f"predicted (bytes and page faults): {fused_v.outcome}; compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x, ratio of medians" + (" (disturbed: not evidence)" * bool(jump)),
     "model FLOP/s over the measured matmul ceiling (section 6; not an MFU: no vendor peak)": (
         f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the all-core fp32 "
@@ -1086,8 +1106,9 @@ viz.show_headlines({
     + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + f"; bf16 batch {bf16_top.batch}: "
     + (throughput.model_share(limits, "bfloat16", bf16_top.mfu, CEIL_THREADS, "bf16 step", found).removeprefix("model FLOP/s ") if bf16_top.ceiling == "bfloat16" else
        f"{bf16_top.mfu:.1%} of the float32 ceiling (emulated bf16)"),
-    "refined batch model out of sample (section 6)": f"of the {others} batches eta was not fitted on, against "
-    "their printed ranges, judged with their intervals: " + curve.out_of_sample(),
+    "refined batch model (section 6)": f"batch {BATCHES[-1]} over the best other, {refined_v.prediction.low:.2f}x to "
+    f"{refined_v.prediction.high:.2f}x predicted: {refined_v.outcome}; of the {others} batches eta was not fitted on, "
+    "against their printed ranges, judged with their intervals: " + curve.out_of_sample(),
     "shapes on this machine (section 5)": "; ".join(
         f"{what}: " + {"above": "faster", "below": "slower"}.get(est.clear_of(1.0, "x"), "no difference resolved")
         + f", {est.text('x')}" for what, est in (

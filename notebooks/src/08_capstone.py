@@ -59,7 +59,7 @@ import perfkit
 from perfkit import ceilings, compute, hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
-from perfkit.profiling.capstone_text import percent2, still_listed
+from perfkit.profiling.capstone_text import context_kinds_text, percent2, still_listed
 from perfkit.verdict import judge
 from perfkit.viz.capstone import ceiling_text, dropped_text, round_prediction, show_pick, target_context
 
@@ -134,8 +134,9 @@ print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']
 # between: with `find_unused_parameters=True`, DDP waits there for each bucket's all-reduce
 # (section 2 says more). Where a collective was in flight, the sync finding splits its share:
 # the reads' own time, and the time that waited for the collective. That wait is communication
-# (the PyTorch profiler and HTA book time blocked on a collective as communication); the
-# diagnosis books it as sync only because it falls between two reads, and still grades the finding
+# (Holistic Trace Analysis, HTA, Meta's analyser of PyTorch profiler traces, counts a collective
+# kernel's whole time, its wait included, as communication; the profiler itself records operators,
+# not categories); the diagnosis books it as sync only because it falls between two reads, and still grades the finding
 # on the whole share (it says what the reads alone would make of it). The loop below does not
 # follow that grade: it plays the fix whose bound, the time that fix can remove, is largest.
 
@@ -161,14 +162,16 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # **Prediction.** The rule is Amdahl's: a fix removes at most the time its finding measured, a
 # share `s` of the step, so the step gets at most `1 / (1 - s)` faster. That is a bound, judged
-# as one: a figure above it is missed, and the verdict prints how far its interval reaches back
-# across it (a fix whose true gain sits at its bound is called missed about half the time). Its
-# terms:
+# as one: it claims no gain passes it, so a figure above it is missed, and the verdict prints how far
+# its interval reaches back across it (the rule is not symmetric: a fix whose true gain sits at its
+# bound is called missed about half the time, while a figure inside whose interval crosses the edge
+# is inconclusive). Its terms:
 #
 # * `s` is measured in the profiled window of the configuration the fix is added to, and taken, for
 #   every fix of a waste and for forward + backward, in milliseconds of that window over an *unprofiled* step (the share times
-#   the profiled steps' median over the unprofiled steps' median, one statistic on both sides,
-#   never less than 1): a phase takes no longer without the
+#   the profiled steps' mean over the unprofiled steps' mean, never less than 1: the mean throughout,
+#   since a share is a phase's time over the window's mean step; each bound prints its milliseconds
+#   and both means, and that unprofiled mean is not the median step tokens/s reads): a phase takes no longer without the
 #   profiler than with it, so this is the most it can take of an unprofiled step, as long as the runs
 #   bore no load that the window did not (a factor that moves between configurations says the load
 #   differed: the headlines say how far it moved). That factor mixes
@@ -188,9 +191,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # * a **larger batch** is bounded by its own factor of tokens per step (a step that carries more
 #   tokens cannot get shorter); `1 / MFU` is printed beside it, as room, not as a bound: its peak
 #   is the best rate measured on this machine so far, which a later measurement can raise;
-# * a bound of 10x or more (90 % of an unprofiled step, `MAX_TESTABLE_SHARE`) says only that the
-#   fix leaves a tenth of the step: it fails only on a gain above it, 10x or more, too loose to
-#   test the share the finding measured, so it is printed as **context**, not judged.
+# * one rule (`capstone_text.bound_class`) says why a bound cannot test its fix, and such a bound is
+#   printed as **context**, not judged: **too loose**, 10x or more (90 % of an unprofiled step,
+#   `MAX_TESTABLE_SHARE`: it fails only on a gain above that); **too tight**, under 5 % (below);
+#   **broader than the fix**, a bound that counts whole phases of which the fix changes a part the
+#   diagnosis does not measure apart (the compute fixes, below); **not what limits the fix**, the
+#   peak, where a larger batch's own factor of tokens limits it more.
 #
 # The step should not get slower either, but that is an expectation, not a bound (a fix can cost
 # more than it saves): a speedup below 1x is missed only when its whole interval lies below 1x.
@@ -233,14 +239,15 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # also copies the map's device copy back to the host: a real device sync there.) Where what the
 # sync fix can remove is under 5 % of an unprofiled step (`MIN_TESTABLE_SHARE`; its profiled share times
 # the factor above), the gain from removing it is bounded near 1x, closer than two runs of this job minutes apart repeat: that round is shown
-# as **context**, not judged; a measurement past a context bound is said, with what the round
-# measured about why. So is any finding that fires on its count of reads with a share under 5 %.
+# as **context**, not judged; a measurement past a context bound (for the sync fix, past the bound
+# of the reads alone too) is said, with what the round measured about why. So is any finding that fires on its count of reads with a share under 5 %.
 #
 # **The compute fixes.** Once every finding above information level has had its fixes (applied,
 # or tried and dropped: the last diagnosis lists any that still stands), the loop turns to forward
 # and backward, and a larger batch (judged against its factor of tokens). **Attention** (fused `scaled_dot_product_attention`) changes a part of them the
 # diagnosis does not measure apart, so Amdahl's bound can only use their whole share (over an
-# unprofiled step, as above): too loose to test the fix, it is printed as **context** beside the measurement, with no prediction recorded.
+# unprofiled step, as above): broader than the fix, it cannot test it and is printed as **context**
+# beside the measurement, with no prediction recorded.
 # On CUDA, bf16 autocast and `torch.compile` follow, with the same bound. A fix whose median
 # speedup is below 1x is dropped, and the next round starts from the configuration before it; one
 # above 1x is kept. Where the interval holds 1x, either is the loop's rule, not a finding (this run
@@ -381,7 +388,9 @@ print(ceiling_text(final["shares"]["forward"] + final["shares"]["backward"], ste
 # machine's measured all-cores peak for the job's precision (fp32; bf16 once `--fix bf16` runs):
 # the two processes run one thread each, on all the cores there are. It is read on the
 # unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs that ran, recomputation
-# included, so over the same steps it is at least MFU (PaLM's appendix B defines both). The
+# included (PaLM's appendix B defines both): it exceeds MFU where recomputation adds work, but not
+# in general, since MFU's 6N + attention is a count of the model, and a kernel that skips work
+# (causal attention's masked half, say) runs fewer FLOPs than that count. The
 # diagnosis' "counted FLOP rate" is neither: it counts the FLOPs of the matmul and convolution
 # ops the profiler has formulas for (after `--fix attention`, the fused attention's are not among
 # them) on one rank, over one thread's ceiling, in the profiled, slower, window: that window's
@@ -480,8 +489,9 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 # %% [markdown]
 # ## Summary
 #
-# * The bounds chose the order: each round played the fix that could remove the most, not the
-#   finding graded worst (the sync finding's grade counts DDP's waits, which are communication).
+# * The bounds chose the order: each round played the fix that could remove the most by the
+#   diagnosis it started from (bounds are taken anew each round, so a later round can play a larger
+#   bound than an earlier one), not the finding graded worst (the sync finding's grade counts DDP's waits, which are communication).
 #   Each round set its fix's gain against the bound its finding's
 #   share gave (a larger batch: against its factor of tokens per step), judged where that bound
 #   could test the fix and shown as context where it could not. The headlines count the rounds shown
@@ -496,7 +506,7 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #   which the sync fix's bound leaves out; the sync round says how far that part moved with the fix.
 # * When every finding above information level has had its fixes (applied, or tried and dropped:
 #   the headlines list any finding the last diagnosis still shows), the loop turns to the compute:
-#   attention's bound is the compute's whole share, too loose to judge, so it is printed as
+#   attention's bound is the compute's whole share, broader than the fix, so it is printed as
 #   context and its gain is what was measured. A larger batch is judged against its factor of
 #   tokens per step.
 # * The time to the target loss, not tokens/s, says what the job gained; its clock counts the
@@ -509,7 +519,7 @@ viz.show_headlines({
         ", ".join(unresolved) or "none",
     "tokens/s": viz.capstone.headline_rate(total, reach if loop.applied else None,  # beside the runs to the target
                                            {"slow": first["data_prep_s"], "fixed": last["data_prep_s"]}),
-    "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(
+    f"each round's outcome (context: a bound that cannot test its fix, {context_kinds_text()})": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
     "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, ("the diagnosed share", "whether the diagnosed shares predict the gains"),
                                                      loop.factors),

@@ -19,9 +19,11 @@
 #    other prediction of the course);
 # 4. measures it, the settings timed in alternation and in balanced orders (A B, B A, A B, B A
 #    ...: each setting runs first in half the rounds, so what a round's position does to a time,
-#    the second call finding a warm cache or a changed clock, cancels from the ratio; an A/A
-#    control, one loop timed against itself before the first timed claim, checks that and
-#    measures the design's own error): the figure is the median
+#    the second call finding a warm cache or a changed clock, falls on both alike: it cancels
+#    exactly from the geometric mean of an A-B and a B-A ratio (claim 16 judges that), and from
+#    the median of all the paired ratios only where the two orders' ratios spread alike; an A/A
+#    control, one loop timed against itself before the first timed claim, prints each order's
+#    median to check that, and measures the design's own error): the figure is the median
 #    of the rounds' paired ratios, with the narrowest order-statistic interval covering at least
 #    90 % (distribution-free; its exact coverage is printed with it);
 #    where two settings ran one after the other, not in alternation, the ratio of their median
@@ -131,12 +133,18 @@ if (imitated := hw.imitation()) in IMITATIONS and not CUDA:
           "emulated path, so the bf16 figures below (claims 8 and 21) are that CPU's, not this one's native ones")
 
 # %%
+WHERE = {"holds": "inside the promise", "holds partly": "between no effect and the promise",
+         "does not hold here": "on the far side of no effect from the promise"}  # where a point lies, per status
+
+
 def claim_verdict(name, claim, measured, why="", reasons=None, **kw):
     """Judge the advice (`assess`, a timed claim weighed by the A/A control's reach), show the
     verdict, keep it for the table. `why`: a sentence built from the measurement, appended
     whatever the verdict."""
-    VERDICTS[name] = v = assess(claim, measured, reasons=reasons or {s: why for s in
-                                ("holds", "holds partly", "does not hold here")},  # inconclusive: said once
+    if reasons is None and assess(claim, measured, error=CONTROL, **kw).status == "inconclusive":
+        # an inconclusive verdict says where its point lies first: "the figure lies where the advice holds partly:"
+        reasons = {s: f"{where}. {why}" for s, where in WHERE.items()}
+    VERDICTS[name] = v = assess(claim, measured, reasons=reasons or {s: why for s in WHERE},  # inconclusive: said once
                                 error=CONTROL, **kw)  # a timed claim is weighed by the A/A control
     JUDGED[name] = (claim, measured, kw)
     viz.show_claim(v)
@@ -288,8 +296,10 @@ print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and 
 # with its order-statistic interval (at least 90 %; its exact coverage is printed with it).
 # Before any of them, one DataLoader loop (claim 12's) is timed against itself the same way: an
 # A/A test. In balanced orders each copy runs first in
-# half the rounds, so what a round's position does to a time cancels from the ratio; the rounds
-# of each order, taken apart, show how large that effect is. What the ratio still reads apart
+# half the rounds, so what a round's position does to a time falls on both copies alike (it cancels
+# exactly from the geometric mean of a pair of rounds of opposite orders; from the median of all the
+# paired ratios, used here, only where the two orders' ratios spread alike); the rounds of each
+# order, taken apart, show how large that effect is. What the ratio still reads apart
 # from 1 is the design's own error. (The order-statistic interval treats rounds as independent
 # draws; rounds that drift together make it too narrow, and the control shows that too.) Its
 # **reach**, how far its interval lies from 1x, weighs every timed verdict on the advice below
@@ -878,7 +888,8 @@ balanced = [math.sqrt(d_t[i] / k_t[i] * d_t[i + 1] / k_t[i + 1]) for i in range(
 tk, pairs = stats.median_interval(balanced), f"median of {len(balanced)} order-balanced pairs of steps"
 tk_medians = stats.median(d_t[skip:]) / stats.median(k_t[skip:])  # the other statistic: the two median steps
 tk = replace(tk, method=pairs + ("" if not tk.has_interval or tk.low <= tk_medians <= tk.high else
-                                 f"; the ratio of the two median steps, {tk_medians:.3g}x, lies outside it"))
+                                 f"; the ratio of the two median steps, {tk_medians:.3g}x, is another statistic, "
+                                 "each setting's median over all steps, not the ratio within a pair, and lies outside it"))
 print(f"gradient {dense_r['n_params']:,} parameters = {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB per step; "
       f"top-k 1 % sends {topk_r['wire_bytes_per_step'] / 1e3:.1f} kB ({wire:.2%})")
 print(f"top-k's step speedup over the all-reduce {x(tk)}; after {TOPK_STEPS} steps eval accuracy "
@@ -896,7 +907,11 @@ claim_verdict("top-k compression", tkc := Claim("top-k gradient compression spee
                                 "step speedup of top-k 1 % over DDP's all-reduce", **FASTER), tk,
      f"It sent {wire:.1%} of the bytes of a {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB gradient; the step "
      f"took {medians(stats.median(d_t[skip:]), stats.median(k_t[skip:]), pairs)} with the all-reduce and "
-     "with top-k, selection and all-gather included. By order within the step the paired ratios were "
+     "with top-k, selection and all-gather included; "
+     + ("both statistics lie below" if max(tk.value, tk_medians) < FASTER["low"] else "both statistics lie above"
+        if min(tk.value, tk_medians) >= FASTER["low"] else "the two statistics lie on both sides of")
+     + f" the promised {FASTER['low']}x (a pair's ratio sets two steps under one load against each other; the "
+     "medians do not pair steps, so where the load moves between steps the two part). By order within the step the paired ratios were "
      f"{by_order['all-reduce']:.3g}x (all-reduce first) and {by_order['top-k']:.3g}x (top-k first)"
      + viz.claims.others_side_text(tk, {"the ratio of the two median steps": tk_medians, "the per-step median "
         "ratio, all-reduce first": by_order["all-reduce"], "top-k first": by_order["top-k"], "the per-step ratios' "
@@ -1037,7 +1052,7 @@ wrong = [f"{r.billions:g} B (rule: {r.advised}; model states and activations per
          for r in rows if r.rule_wrong]
 claim_verdict("ZeRO stage by model size", Claim("ZeRO stage 1 below 1 B parameters, stage 2 for 1-10 B, stage 3 above",
                                        f"sizes (of {len(SIZES_B)}) where the rule's stage does not fit {N_GPUS} x "
-                                       f"{GPU_GIB} GiB with {RESERVE_GIB} GiB to spare or needlessly is 3 (model states "
+                                       f"{GPU_GIB} GiB with {RESERVE_GIB} GiB to spare (an assumed reserve) or needlessly is 3 (model states "
                                        f"and one {TOKENS:,}-token sequence's activations per rank)", low=0, high=0,
                                        timed=False), mismatch,
      "Wrong at " + "; ".join(wrong) + "." if wrong else f"On {N_GPUS} x {GPU_GIB} GiB the rule matches every size.")
@@ -1072,10 +1087,11 @@ claim_verdict("ZeRO stage by model size", Claim("ZeRO stage 1 below 1 B paramete
 # within one step. The fp16 claims below count the values a scale lifts out of fp16's subnormal
 # range or zero (below its smallest normal value a value keeps fewer significant bits, or none),
 # the fp32 gradient times the scale standing in for fp16's; the bf16 claim counts values flushed
-# to zero (bf16's normal range reaches down as far as fp32's). The two criteria differ, so the fp16
-# verdict prints beside its stand-in the values the fp16 backward itself flushed to zero and the
-# scale kept, the bf16 claim's criterion, and says whether the two fall on the same side of the
-# line; where they do not, only the stand-in carries the verdict. Each holds where a scale rescues at
+# to zero (bf16's normal range reaches down as far as fp32's). fp16's claim is measured both ways,
+# the stand-in and the values the fp16 backward itself flushed to zero that the scale kept (the
+# bf16 claim's count), and judged by the one rule with the two as its figure's range: where they
+# fall on both sides of the line, the advice holds partly (the scale rescues precision, not values
+# from zero). Each holds where a scale rescues at
 # least 1 % of the nonzero gradient values (`RESCUED`): the course's line for "the gradients
 # underflow", as `FASTER`'s 5 % is for "faster". They count the parameters' gradients only: the
 # activations' gradients, which Micikevicius et al. (2018, "Mixed Precision Training") found to
@@ -1114,11 +1130,11 @@ for name, s in starts.items():
 RESCUED, DEFAULT = 0.01, "2^16 (the default)"  # the line: a scale that rescues 1 % of the nonzero gradient values
 lifted = {name: flush.lifted_by_scale(first[name][1]) / flush.kept for name in starts}  # at each first update
 claim_verdict(f"fp16 needs a loss scaler ({flush.criterion_label(first[DEFAULT][1], RESCUED)})", Claim("mixed precision in fp16 needs a loss scaler", "share of the nonzero "
-     "gradient values the default's scale lifts out of fp16's subnormal range or zero", low=RESCUED, timed=False),
+     "gradient values the default's scale lifts out of fp16's subnormal range or zero", low=RESCUED, partly=0.0, timed=False),
      lifted[DEFAULT], f"Unscaled, {flush.subnormal:.1%} of the {flush.kept:,} values lay below fp16's smallest normal "
      f"value ({flush.lost['fp16']:,} of them flushed to zero); the default's first update, at scale "
      f"2^{math.log2(first[DEFAULT][1]):g}, lifted {lifted[DEFAULT]:.1%} above it. "
-     + flush.criteria(first[DEFAULT][1], RESCUED))
+     + flush.criteria(first[DEFAULT][1], RESCUED), spread=flush.span(first[DEFAULT][1]))
 bf16_kept = flush.kept_by_scale("bf16", 2.0 ** 16)
 claim_verdict("bf16 needs a loss scaler (by the flush count)", Claim("mixed precision in bf16 needs a loss scaler too", "share of the nonzero "
      "gradient values a loss scale of 2^16 keeps from flushing in bf16", low=RESCUED, timed=False),
@@ -1225,7 +1241,7 @@ if acc_s is not None:  # its cost in the two settings it joined (medians)
     print(f"accumulation added {acc_s[0] * 1e3:.1f} ms to the plain step and {acc_s[1] * 1e3:.1f} ms to the tuned "
           "one; the prediction assumes the first in both")
 alone_x = {n: alone.speedup(n) for n in ultra.added_share()} | ({"compile": comp_speed} if "compile" in ultra.added else {})
-added_text = ", ".join(f"{n} {e.value:.3g}x" + (" (claim 9)" if n == "compile" else "") for n, e in alone_x.items())
+added_text = ", ".join(f"{n} {e.value:.3g}x" + (" (claim 9's MLP step)" if n == "compile" else "") for n, e in alone_x.items())
 
 
 def ultra_why(side):
@@ -1253,7 +1269,7 @@ if ultra.added:  # else the two settings are the same: nothing to judge
          ultra_speed, f"It adds switches that were not faster beyond their interval alone ({added_text})."
          + (f" Among them bf16 autocast, on a CPU whose bf16 ceiling is {r:.2f}x its fp32 one: as in claim 8, that part "
             "of the advice is about GPUs, so here everything-on is its CPU analogue." if slow_bf16 else "")
-         + (f" Besides bf16 autocast it adds {', '.join(lost_here)}, slower alone on this machine beyond its "
+         + (f" Besides bf16 autocast it adds {', '.join(n + (' (by claim 9, on its MLP, not this GPT-2)' if n == 'compile' else '') for n in lost_here)}, slower alone on this machine beyond its "
             "interval and the A/A control's reach" + (f" (each; together {math.prod(alone_x[n].value for n in lost_here):.2f}x, "
             "multiplied)" if len(lost_here) > 1 else "") + ": the direction of the verdict is this machine's, not only a GPU question, while most of its size is bf16's, which "
             f"runs at {r:.2f}x fp32's ceiling on {hw.device_name()} (the ratio of the ceilings claim 8 printed, each the highest rate the limits file keeps, whatever operation or run "
@@ -1301,4 +1317,5 @@ print("The course's own predictions above:", kinds_text(viz.shown_verdicts()))
 fig = viz.plot_claims_forest(VERDICTS)
 
 # %%
-viz.show_headlines(viz.claims_headlines(VERDICTS))
+viz.show_headlines(viz.claims_headlines(VERDICTS, reweighed, DESIGN_ERROR) if DESIGN_ERROR is not None
+                   else viz.claims_headlines(VERDICTS))  # the headline states the more cautious status

@@ -107,7 +107,8 @@ from perfkit.parallel import (
     tp_block_cost,
     tp_traffic,
 )
-from perfkit.verdict import Prediction
+from perfkit.units import si_interval
+from perfkit.verdict import Prediction, judge
 
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
 cfg = GPTConfig(**MODEL)
@@ -141,18 +142,22 @@ for sp in (False, True):
 block_model = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, blocks_only=True)
 p_bytes = Prediction("bytes one process sends per block, forward and backward",
                      "4 all-reduces of B x T x C fp32, each 2 (t - 1) / t of its buffer (ring)",
-                     value=sum(block_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B")
+                     value=sum(block_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B",
+                     timed=False, counted=True)
 sp_model = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, True, blocks_only=True)
 p_sp_bytes = Prediction("bytes one process sends per block under sequence parallelism",
                         "4 all-gathers + 4 reduce-scatters of B x T x C, (t - 1) / t each",
-                        value=sum(sp_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B")
+                        value=sum(sp_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B",
+                        timed=False, counted=True)
 
 # %% [markdown]
 # **Measurement.** `perfkit.comm.count_traffic` wraps every `torch.distributed` collective
 # while one block runs forward and backward on each process, and again around a whole step.
 # The table sets the count beside the model's; the verdicts hold only on the exact byte. The
 # two come from different places: `tp_traffic` is written from the plan (which collective each
-# layer needs), not read off the implementation, and the count is of the calls that ran.
+# layer needs), not read off the implementation, and the count is of the calls that ran. The
+# verdicts' "Counted" figure is that count, not a timing: the buffers the calls were given,
+# times the ring's share (`2 (t - 1) / t` of an all-reduce's, `(t - 1) / t` of the others').
 # Section 3 counts a third implementation, PyTorch's own.
 
 # %%
@@ -392,33 +397,23 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # charged the fit's line, intercept included: both known before any block is timed.
 #
 # Caveats:
-# - The charge, a median of a few repetitions recorded below before the block timings are read,
-#   enters the bound as exact: the bound's printed range comes from `U` alone and understates its
-#   uncertainty. The sweep's cell prints where its sizes' times are not monotone; the table, the
-#   charge's share of each floor, and under it any width charged less than one that sends fewer bytes.
-# - The bound charges the sweep's own times, not the fit's line, whose intercept is what it charges a
-#   call of no bytes, fitted over every size. Where the sweep took more than the line this bound is
-#   lower (stricter) than the fit's would be, where less higher; the cell below prints which, width
-#   by width. The sweep times its calls back to back, both processes in step; the bound assumes
-#   a block's calls, one at a time between computations, cost at least that.
-# - Left out, slowing the split block: its `t` times smaller matmuls usually run further below the
-#   machine's rate, each operator's fixed cost is paid whole on every process, and at each
-#   all-reduce one process waits for the other. These cannot break an "at most": a held bound says
-#   the block was no faster than its floor, not that the model's time was right (each verdict
-#   prints how far above its floor it ran).
-# - Left out, speeding it: a half-size weight fits the caches better, so its matmul can run faster
-#   per FLOP than the whole one. Where a bound is crossed, the verdict prints the charge at that
-#   size and names this if the fit's line would be crossed too.
-# - The ceiling is the fastest one-thread fp32 rate any notebook has recorded, in this run or an
-#   earlier one whose file it kept, so it can stand above what this run's notebooks reach; the
-#   cell prints which measurement set it. At the ceiling `U` is as small as it can be, and an
-#   intercept above what the block's calls take overcharges them: both put the model's crossover
-#   higher, while what the model leaves out of the split block puts the real crossing higher.
-#   These errors can offset, so the verdict does not show that any one input was right.
+# - The charge per call is the sweep's median of a few repetitions at the block's size, and
+#   enters the bound as exact: the bound's printed range comes from `U` alone. The sweep's cell
+#   prints where its times are not monotone and, width by width, whether they lie above the fit's
+#   line (this bound then stricter than the fit's would be) or below it.
+# - The blocks' own all-reduces are not timed apart: the bound assumes a block's calls, one at a
+#   time between computations, cost at least what the sweep's back-to-back calls took.
+# - Left out, slowing the split block: its smaller matmuls' rate, each operator's fixed cost paid
+#   on every process, and waits at the all-reduces. These cannot break an "at most": a held bound
+#   says the block was no faster than its floor (each verdict prints how far above it ran).
+#   Left out, speeding it: a half-size weight fits the caches better (a crossed bound names it).
+# - The crossover's `U` comes from the fastest one-thread fp32 rate any notebook recorded (its
+#   source printed), and every call is charged the fit's line. Both can put the model's crossover
+#   higher, while what the model leaves out puts the real crossing higher: the errors can offset,
+#   so a held verdict would not show any one input right.
 # - At these sizes the crossover rests largely on the fit's intercept (the figure's cell prints it
-#   with a zero intercept): the prediction tests the fit's line as this run's charge per call, a
-#   number of this fit, not a latency of gloo, so neither it nor the crossover carries to another
-#   machine. It is judged against where the measured speedups cross 1x
+#   with a zero intercept), a number of this fit, not a latency of gloo: neither carries to
+#   another machine. It is judged against where the measured speedups cross 1x
 #   (`perfkit.parallel.speedup_crossing`), read between the widths timed.
 
 # %%
@@ -435,7 +430,7 @@ display(Markdown("| C | one block all-reduce (4 N C) | the sweep's time | the fi
                      for w in WIDTHS)))
 order = sorted(zip(sizes, secs))
 dips = [f"{viz.si(b, 'B')} took less than {viz.si(a, 'B')}" for (a, ta), (b, tb) in zip(order, order[1:]) if tb < ta]
-print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, bandwidth {viz.si(fit.bandwidth, 'B/s')}; "
+print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, fitted throughput (1 / beta) {viz.si(fit.bandwidth, 'B/s')}; "
       + intercept_note(sizes, secs, fit.alpha_s)
       + (f"; not monotone: {', '.join(dips)} (each size the median of {CONFIG['allreduce']['repeat']} repetitions)"
          if dips else "") + "; " + charge_choice(WIDTHS, [call[w] for w in WIDTHS], [fit.predict(ar_bytes[w]) for w in WIDTHS]))
@@ -478,11 +473,11 @@ for w in WIDTHS:
         "above": f"The split block took {viz.si(split, 's')}, less than U / t = {viz.si(unsplit / T_DEGREE, 's')} "
                  f"plus the sweep's {viz.si(comm, 's')} of all-reduces. " + sweep_charge_note(
                      sizes, secs, ar_bytes[w], fit.predict(ar_bytes[w]), unsplit, T_DEGREE, measured[w].value),
-        "held": f"The split block's median took {viz.si(split, 's')}, {split / floor:.2f}x its floor U / t + comm, "
-                f"{viz.si(floor, 's')}: the ratio of the medians, U / split = {unsplit / split:.3g}x, lies at {unsplit / split / bound[w]:.0%} of the bound, which is built from the medians too; the judged figure, the median of the paired ratios, {measured[w].point('x')}, at {measured[w].value / bound[w]:.0%}. The bound tests "
-                f"only that the block was no faster than its floor (a measured speedup above the bound would break it)" + (f"; the {viz.si(split - floor, 's')} beyond it is what the model leaves out "
-                   "(smaller matmuls' rate, each operator's fixed cost, waits at the all-reduces; not timed apart here)."
-                   if split > floor else ".")})
+        "held": f"The split block's median, {viz.si(split, 's')}, is {split / floor:.2f}x its floor U / t + comm, "
+                f"{viz.si(floor, 's')}" + (f": {viz.si(split - floor, 's')} the model leaves out (smaller matmuls' rate, "
+                                           "fixed costs per operator, waits at the all-reduces; not timed apart)"
+                                           if split > floor else "") + f". The judged paired ratio lies at "
+                f"{measured[w].value / bound[w]:.0%} of the bound, the ratio of the medians at {unsplit / split / bound[w]:.0%}."})
 
 # %% [markdown]
 # **The crossing, measured.** The prediction recorded before the block timings, judged against
@@ -514,9 +509,8 @@ def placed(c: float | None) -> str:   # where a model's crossover lies against t
 
 
 errs = (ceiling, achieved, [fit.predict(ar_bytes[c]) for c in WIDTHS], [call[c] for c in WIDTHS], [s - u / T_DEGREE - m for u, m, s in parts.values()])
-models = (f"The model at the one-thread ceiling, every call charged the fit's line, crosses at {placed(cross_pred)}; "
-          f"at the widest block's measured rate ({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} "
-          "(one rate for every width: the table in the next cell gives each width's own)." + offset_note(*errs))
+models = (f"At the widest block's measured rate ({viz.si(achieved, 'FLOP/s')}) instead of the ceiling, the same model "
+          f"(the figure's) crosses at {placed(cross)}." + offset_note(*errs))
 if crossing is None:   # no two adjacent widths' medians straddle 1x
     meds = [measured[c].value for c in WIDTHS]
     edge, side = (WIDTHS[-1], "above") if max(meds) < 1 else (WIDTHS[0], "below") if min(meds) >= 1 else (None, "")
@@ -527,40 +521,30 @@ if crossing is None:   # no two adjacent widths' medians straddle 1x
           + (f"; the prediction's range, C = {band[0]:,.0f} to {band[1]:,.0f}, lies on the other side of it"
              if off else "") + f". {models}")
 else:
-    viz.verdict(p_cross, crossing, explain=dict.fromkeys(("above", "below", "held"), models))
+    cross_v = judge(p_cross, crossing, explain=dict.fromkeys(("above", "below", "held"), models))
+    viz.show_verdict(cross_v)
 
 # %% [markdown]
-# **The crossover, in the model.** The figure draws the model with the fit's line for the
-# all-reduces, at one compute rate, the widest unsplit block's: its curves and its red
-# crossover are the model's, not a measurement. Beside them, measured: the blocks' times and
-# the 4 all-reduces at the sweep's times (crosses, left), each width's bound and its measured
-# speedup (right). Where the crosses lie below the fit's dotted line the fit overcharges the
-# block's calls, and in the model that charge, more than the bytes, can set the crossover
-# (the cell after the table prints which).
+# **The crossover, in the model.** The figure's curves and red crossover are the model's, at
+# one compute rate (the widest unsplit block's) with the fit's line for the all-reduces. Measured
+# beside them, left: the blocks' times and, as crosses, 4 of the sweep's stand-alone all-reduces
+# at each block's size (the blocks' own all-reduces were not timed apart). Right: each width's
+# bound (open circle: its own `U` and the sweep's charge) and its measured speedup (the median of
+# the paired rounds, unsplit over split: above 1x splitting pays). A circle lies off the curve by
+# its block's rate against the curve's (the table below) and by the sweep's charge against the
+# fit's line (more charge, lower circle). Where a cross lies below the dotted line the fit
+# charges more than the sweep took there; in the model that charge, more than the bytes, can set
+# the crossover (the cell after the table prints which). The fit's intercept is a number of this
+# run, not a latency of gloo (the processes share two cores with the kernel, so a call can also
+# wait to be scheduled): do not carry it to another machine.
 #
-# That charge, the fit's intercept, is a number of this run's fit, not a latency of gloo (the
-# sweep's cell prints whether the sweep's own calls beat it): the two processes share two
-# cores with the notebook's kernel, so a call can also wait for a process to be scheduled.
-# Do not carry it to another machine.
-#
-# The curve uses one rate for every width, the widest block's, and the fit's line for the
-# all-reduces. Each open circle is that width's own bound: its own `U` and the sweep's charge
-# for its calls. So a circle lies off the curve by both: its block's rate against the curve's
-# (the table below) and the sweep's charge against the fit's line (the sweep's table above;
-# more charge puts the circle lower). Each measured speedup is
-# the median of that width's paired rounds (unsplit time over split time, round by round: above
-# 1x splitting pays), not the ratio
-# of the two medians in the bounds' table.
-#
-# In a live kernel the widget moves the degree, the tokens per step, the network's bandwidth and
-# the compute rate (each a multiple of what was measured here; a GPU's figures from the planner,
-# notebook 13, are printed below as multiples of them); a headless build shows its opening
-# setting as a static image. A GPU raises both compute and bandwidth, and its FLOPs per byte of
-# NVLink are far more than this run's per byte of loopback, so scaling the bandwidth alone would
-# put a GPU's crossover far too low. The widget keeps this run's fitted intercept, far above
-# the planner's assumed alpha for NVLink (printed below), so at small sizes it draws a GPU's
-# crossover too high. In the model splitting never gains the full `t` while
-# communication is not overlapped with compute.
+# The widget moves the degree, the tokens per step, the link's fitted throughput and the compute
+# rate, each a multiple of this run's (a headless build shows its opening setting). A GPU raises
+# both compute and throughput, with far more FLOPs per byte of NVLink than this run has per byte
+# of loopback (the table below), so scaling the throughput alone would put a GPU's crossover far
+# too low; the widget keeps this run's intercept, far above the planner's alpha for NVLink, so at
+# small sizes it draws a GPU's crossover too high. In the model splitting never gains the full
+# `t` while communication is not overlapped with compute.
 
 # %%
 rate_of = {}   # FLOP/s of each width's unsplit block: median, and from U's interval (low, high)
@@ -589,7 +573,8 @@ if cross is not None and no_latency is not None:
     print(f"with a zero intercept, the figure's model crosses at C = {no_latency:,.0f} instead of {cross:,.0f}: "
           + ("the fit's intercept, more than the bytes, sets the crossover" if no_latency < cross / 2 else
              "the bytes, more than the fit's intercept, set the crossover")
-          + f"; the block's own calls took {min(charged):.2f}x to {max(charged):.2f}x what the fit's line charges")
+          + f"; the sweep's calls at the blocks' sizes took {min(charged):.2f}x to {max(charged):.2f}x the fit's line "
+          "(the blocks' own calls were not timed apart)")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
 print("at the widget's opening 4,096 tokens per step the figure's model crosses at "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
@@ -612,13 +597,14 @@ cols.update({f"{c.gpu.name} (bf16, NVLink)": (c.gpu.peak_flops * c.efficiency, c
 rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
         ("(the planner's share of the peak)", [x for *_, x in cols.values()]),
         ("compute over here's", [f"{r / achieved:,.0f}x" for r, *_ in cols.values()]),
-        ("link, per direction", [viz.si(b, "B/s") for _, b, *_ in cols.values()]),
-        ("link over here's", [f"{b / fit.bandwidth:,.0f}x" for _, b, *_ in cols.values()]),
-        ("FLOP per byte of link", [f"{r / b:,.0f}" for r, b, *_ in cols.values()]),
+        ("link: here the fit's throughput (1 / beta), a GPU's per direction", [viz.si(b, "B/s") for _, b, *_ in cols.values()]),
+        ("over here's fitted throughput", [f"{b / fit.bandwidth:,.0f}x" for _, b, *_ in cols.values()]),
+        ("FLOP per byte of that figure", [f"{r / b:,.0f}" for r, b, *_ in cols.values()]),
         ("alpha, per ring step", [a for _, _, a, _ in cols.values()])]
 display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
                  + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
-print(f"peak and bandwidth from the datasheets (the link at its datasheet figure, not derated as the compute is); alpha per ring step, as the ring model charges it 2 (t - 1) times: "
+print(f"a GPU's peak and link from the datasheets (the link not derated as the compute is); here the fit's slope over every size "
+      f"timed, gloo and Python included, not the loopback's bandwidth; alpha per ring step, as the ring model charges it 2 (t - 1) times: "
       f"none here: the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce, "
       f"{viz.si(link.alpha_s, 's')}, is Python, gloo and loopback TCP fitted together, not a latency to set beside "
       f"a GPU's ({intercept_note(sizes, secs, fit.alpha_s)}); no datasheet gives an alpha: the GPUs' is perfkit.plan's assumption")
@@ -678,6 +664,14 @@ print(f"the compute is derated ({h100.efficiency:.0%} of the peak), the links ar
       "speedups optimistic.")
 
 # %%
+if crossing is None:
+    cross_head = "not judged: the median speedups do not cross 1x between the widths timed"
+else:   # the verdict's outcome, the measured crossing with its interval, the predicted band
+    point, lo, hi = si_interval(crossing.value, crossing.low, crossing.high)
+    interval = f"{crossing.label} {lo} to {hi}" if crossing.has_interval else crossing.describe()
+    band = f" ({' to '.join(f'{b:,.0f}' for b in p_cross.bounds())})" if p_cross.value is not None else ""
+    cross_head = (f"{cross_v.outcome}: measured C = {point} ({interval}), predicted {p_cross.describe()}{band}; "
+                  f"the figure's model at the measured rate: {placed(cross)}")
 viz.show_headlines({
     "TP / SP vs unsplit (max rel. diff.)": f"{eq['tp']['rel']:.1e} / {eq['sp']['rel']:.1e}",
     "TP bytes per block (counted / model)":
@@ -685,7 +679,5 @@ viz.show_headlines({
     "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
     "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
     f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
-    "width from which splitting pays: measured; predicted (ceiling, fit's line)": (
-        ("outside the widths timed" if crossing is None else f"C = {crossing.text()}") + "; "
-        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}; at the measured rate {placed(cross)}" + offset_note(*errs, short=True))),
+    "width from which splitting pays (judged: the crossing against the model at the ceiling)": cross_head,
 })

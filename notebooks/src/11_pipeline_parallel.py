@@ -425,16 +425,19 @@ viz.show_verdict(zb_verdict)
 
 # %%
 zb_between = stats.per_round(lambda a, b: a - b, [zb["shares"], zb["simulated_each"]], "steps")
-scaled = (1.5 * between.low, 1.5 * between.high)   # three actions per micro-batch and stage where 1F1B runs two
+# three actions per micro-batch and stage where 1F1B runs two: 1.5x the time, over ZB-H1's own (longer) step
+scaled = tuple(1.5 * x / step_ratio.value for x in (between.low, between.high))
 meets = scaled[0] <= zb_between.high and zb_between.low <= scaled[1]
 print(f"the simulator fed with each step's measured actions gives ZB-H1 a median share of "
       f"{stats.median(zb['simulated_each']):.3f}, 1F1B {sim_med:.3f}; each step's measured share less its simulated "
       f"one, the time between actions the simulator does not hold: ZB-H1 {zb_between.text()}, 1F1B "
       f"{between.text()}. "
       + (f"ZB-H1 runs three actions per micro-batch and stage where 1F1B runs two: if each gap between actions "
-         f"cost alike, ZB-H1's would be 1.5x 1F1B's, {scaled[0]:.4f} to {scaled[1]:.4f} from 1F1B's interval, "
+         f"cost alike, ZB-H1's time between them would be 1.5x 1F1B's: as a share of ZB-H1's step, "
+         f"{step_ratio.point('x')} 1F1B's, {scaled[0]:.4f} to {scaled[1]:.4f} from 1F1B's interval, "
          + (f"which overlaps ZB-H1's: this run cannot tell whether the gaps cost alike (ZB-H1's median is "
-            f"{zb_between.value / between.value:.2f}x 1F1B's, against 1.5x)." if meets else "which ZB-H1's interval "
+            f"{zb_between.value / between.value:.2f}x 1F1B's as a share, against {1.5 / step_ratio.value:.2f}x)."
+            if meets else "which ZB-H1's interval "
             "does not meet: the gaps did not cost alike.") if between.clear_of(0.0) == "above" else
          "1F1B's interval does not lie above 0, so there is no time between its actions to scale by ZB-H1's "
          "three actions against its two."))

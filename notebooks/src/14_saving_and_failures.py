@@ -200,7 +200,11 @@ print(f"In that run the {'process' if pr['median_blocked_s'] < th['median_blocke
 # are written under a `.partial` name, the manifest (each file's sha256 and size) is written
 # and fsynced, and one `os.rename` gives the directory its final name; only then does
 # `latest` move. By that construction, a kill anywhere before the rename leaves a `.partial`
-# directory that nothing loads; the run below tests one such point.
+# directory that nothing loads; the run below tests one such point. A rename is atomic against
+# a kill, not yet durable: after a power loss the directory may still hold the old name unless
+# the directory itself reached the disk, so `perfkit.saving.commit` fsyncs the parent directory
+# after the rename, before `latest` moves, and again after (where the platform can open a
+# directory: not on Windows). The run below kills a process; it cannot cut the power.
 #
 # **Prediction.** A child process commits step 1, then is SIGKILLed inside the save of step
 # 2, after its shard files and before the manifest: the latest checkpoint stays step 1, and
@@ -239,8 +243,10 @@ viz.verdict(p_atomic, float(killed.loaded_step if killed.loaded_exact else -1), 
 # restart cost R, from the kill to the end of the first resumed step, is mostly starting
 # processes and importing torch: the state to load is a few kB. On a GPU, bit for bit also
 # needs deterministic kernels (`torch.use_deterministic_algorithms(True)` with cuBLAS's
-# `CUBLAS_WORKSPACE_CONFIG`) and the same world size, with NCCL's algorithm and protocol held
-# fixed (its reduction order follows them); this float64 CPU run on gloo needs none of that.
+# `CUBLAS_WORKSPACE_CONFIG`) and the same world size, with NCCL's configuration held fixed on
+# the same hardware (its reduction order follows the algorithm, protocol, channel count and the
+# topology's ring or tree order; NCCL promises equal bits only for the same configuration on the
+# same topology); this float64 CPU run on gloo needs none of that.
 
 # %%
 p_bits = Prediction("differing bits, killed-and-restarted run against the uninterrupted one",
@@ -270,7 +276,7 @@ viz.verdict(p_r, starts / R, explain={
 swept = json.loads((ROOT / "benchmarks" / "stored" / "checkpoint_goodput.json").read_text())  # section 4's
 each_r = [x for pt in swept["result"]["points"] for x in pt["restart_each_s"]]   # s, every restart it timed
 print(f"R here is one timed restart, so neither it nor the share has an interval. The stored sweep of section 4 "
-      f"timed {len(each_r)} restarts of its own torchrun jobs on this machine: {min(each_r):.3g} to "
+      f"timed {len(each_r)} restarts of its own torchrun jobs on the machine that stored it: {min(each_r):.3g} to "
       f"{max(each_r):.3g} s (median {stats.median(each_r):.3g} s), against this one's {R:.3g} s; it does not "
       "split them into parts, so how the share moves from restart to restart is not measured.")
 
@@ -287,8 +293,10 @@ print(f"R here is one timed restart, so neither it nor the share has an interval
 #
 # Daly (2006) wrote the expected wall time exactly (failures during saves and restarts too)
 # and refined the optimum: `τ = √(2δM)(1 + ⅓√(δ/2M) + δ/18M) - δ` (`perfkit.saving.interval`).
-# Here with this machine's `δ` (the synchronous save of section 1) and `R` (section 3), and a
-# failure every 10 minutes.
+# Here with this machine's `δ` (the synchronous save of section 1) and `R` (section 3: one
+# timed restart, so a single sample with no interval), and a failure every 10 minutes. An
+# asynchronous save's `δ` is what it blocks plus the slowdown of the steps that run beside its
+# persist; a failure during a persist also loses that checkpoint.
 
 # %%
 delta = costs.blocked("sync").value
@@ -301,23 +309,20 @@ ax = viz.plot_goodput(curve)
 # %%
 d_async = costs.blocked("thread").value
 r_lo, r_hi = min(R, *each_r), max(R, *each_r)   # this restart and the stored sweep's
-print(f"Neither Young's nor Daly's interval depends on R (it sets what a failure costs, not where the optimum "
-      f"lies): over the restarts timed on this machine, {r_lo:.3g} to {r_hi:.3g} s, both stay where they are, and "
-      f"the first-order goodput at Daly's interval moves from {saving.goodput(curve.daly_s, delta, r_hi, MTBF_S):.1%} "
-      f"to {saving.goodput(curve.daly_s, delta, r_lo, MTBF_S):.1%}.")
+print(f"R sets what a failure costs, not the interval (neither Young's nor Daly's depends on it): over the "
+      f"restarts timed here and in the stored sweep, {r_lo:.3g} to {r_hi:.3g} s, the first-order goodput at "
+      f"Daly's interval runs from {saving.goodput(curve.daly_s, delta, r_hi, MTBF_S):.1%} to "
+      f"{saving.goodput(curve.daly_s, delta, r_lo, MTBF_S):.1%}.")
 per_save, lost, ratio = saving.async_save_cost_of_run(acs)   # section 1's stored run; ratio: over its sync save
-print(f"δ here is the synchronous save's blocked time. An asynchronous checkpointer's δ is at least the "
-      f"time it blocks ({d_async:.3g} s for the thread mode), which alone would move Daly's interval to "
-      f"{saving.daly_interval(d_async, MTBF_S):.3g} s; the steps that run beside its persist are slower, which adds "
-      f"to δ. Section 1's stored run measured both: its thread mode blocked {th['median_blocked_s']:.3g} s, and "
-      f"the {per_save:.2g} steps per save that ran beside a persist took {th['step_s_during_persist']:.3g} s "
-      f"against {acs['step_s_without_persist']:.3g} s, so a save cost {lost:.3g} s of training, {ratio:.2g}x its "
-      f"synchronous save there" + (" (on those busy cores the slower steps beside the persist cost more than the "
-                                   "blocked time it spared)" if ratio > 1 else "") + f". That run trained on the CPU, so its persist took "
-      "cores from the step's own computation; a GPU step computes on the device, and competes with a persist "
-      f"mainly for the host's cores (launches, data loading). Taken at that ratio here (another size and load: an assumption), δ would be "
-      f"{ratio * delta:.3g} s and Daly's interval {saving.daly_interval(ratio * delta, MTBF_S):.3g} s. A failure "
-      "during a persist also loses that checkpoint, which adds the persist's time to the work lost.")
+print(f"Section 1's stored run: a thread-mode save blocked {th['median_blocked_s']:.3g} s, and the {per_save:.2g} "
+      f"steps beside each persist took {th['step_s_during_persist']:.3g} s instead of "
+      f"{acs['step_s_without_persist']:.3g} s: {lost:.3g} s of training per save, {ratio:.2g}x its synchronous save"
+      + (" (the slowed steps cost more than the blocking it spared)" if ratio > 1 else "")
+      + ". It trained on the CPU cores the persist used; a GPU step shares only the host's cores with it.")
+print("δ, the save's cost to training, and Daly's interval at it:")
+for what, d in (("synchronous save, measured here", delta), ("thread mode, its blocked time alone (a floor)", d_async),
+                (f"thread mode, the stored run's {ratio:.2g}x sync (assumed)", ratio * delta)):
+    print(f"  {what:52s} δ {d:.3g} s, Daly {saving.daly_interval(d, MTBF_S):.3g} s")
 
 # %% [markdown]
 # With `δ` this small against `M` the first-order optimum should be as good as the exact one.
@@ -449,25 +454,24 @@ viz.build_widget(spec)
 # `benchmarks/torchft_goodput.py` (minutes: too long for this notebook) starts a
 # lighthouse and two replica groups of one process each under `torchrun`, kills one group
 # with SIGKILL at Poisson times and counts the other group's attempted and committed steps.
-# Its stored run, from this machine:
+# Its stored run, from the machine that stored it (the host is not recorded; its cores and load are):
 
 # %%
 ft = json.loads((ROOT / "benchmarks" / "stored" / "torchft_goodput.json").read_text())
 fr = ft["result"]
-print(f"{ft['command']}  ({fr['run_s'] / 60:.1f} min; {ft['date']}, {ft['cores']} cores; {ft['load']})")
-print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_interval_s']:.3g} s); "
-      f"step {fr['step_s_median']:.3g} s (median); {fr['attempted']} steps attempted, {fr['committed']} "
-      f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. The steps the "
-      f"survivor began after a kill ran {fr['stall_after_kill_s']:.2g} s past the median step (mean over kills): the "
-      f"lighthouse's heartbeat timeout, {fr['config']['lighthouse']['heartbeat_timeout_ms'] / 1e3:g} s here, less "
-      f"what of it passed before they began; the killed group took {fr['restart_s']:.3g} s to rejoin, at the load the first line gives. "
-      "That wait is "
-      f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
-      "All of it was measured at that one load; no run here varies the load, so how load moves these figures "
-      "is not measured. " + saving.whole_job_text(fr, fr["config"]["groups"]))
-ft_model = saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"])  # stored run
+ft_model = saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"])  # before its counts print
 p_ft = Prediction(ft_model.what, ft_model.model, value=ft_model.value, rel_tol=ft_model.rel_tol,
                   physical=ft_model.physical, timed=False, measured_here=False)
+print(f"{ft['command']}  ({fr['run_s'] / 60:.1f} min; {ft['date']}, {ft['cores']} cores; {ft['load']})")
+print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_interval_s']:.3g} s); "
+      f"step {fr['step_s_median']:.3g} s (median), all at the one load the line above gives")
+print(f"survivor: {fr['attempted']} steps attempted, {fr['committed']} committed: {fr['uncommitted']} lost, "
+      f"{fr['lost_at_kill']} of them in flight at a kill; its committed steps took {fr['time_goodput']:.1%} of its "
+      f"wall time")
+print(f"after a kill: the survivor's next steps ran {fr['stall_after_kill_s']:.2g} s past the median step (mean; "
+      f"the lighthouse's {fr['config']['lighthouse']['heartbeat_timeout_ms'] / 1e3:g} s heartbeat timeout, less "
+      f"what had passed: time, not steps); the killed group took {fr['restart_s']:.3g} s to rejoin")
+print(saving.whole_job_text(fr, fr["config"]["groups"]))
 viz.verdict(p_ft, fr["uncommitted"] / fr["attempted"], explain={
     "above": f"{fr['lost_elsewhere']} step(s) lost away from a kill (a rejoin or a heal)",
     "below": f"{fr['failures'] - fr['lost_at_kill']} kill(s) that cost no step"})
@@ -494,8 +498,8 @@ p_1s_sync = Prediction(f"a synchronous save of {viz.si(costs.state_bytes, 'B')} 
                        high=1.0, unit="s", physical=(0, None))
 scope = {m: saving.one_second_scope(saves[m], judged=costs.state_bytes, same_as=f"section 1's floor on the {m} mode's blocked time") for m in saves}
 big = 8.03e9 * 14                  # Llama 3 8B's training state, 14 bytes per parameter assumed (section 5)
-llama_s = (f" Llama 3 8B's state, {viz.si(big, 'B')}, would take {big / costs.write.best_bytes_per_s:.3g} s at this "
-           "disk's fastest write alone (below).")
+llama_s = (f" Llama 3 8B's state, {viz.si(big, 'B')}, would take {big / costs.write.best_bytes_per_s:.3g} s at the "
+           f"fastest of section 1's writes with fsync ({viz.si(costs.write.best_bytes_per_s, 'B/s')}) alone (below).")
 viz.verdict(p_1s_sync, costs.blocked("sync"), explain={
     "held": scope["sync"] + llama_s,
     "above": f"the bytes alone take {costs.sync_model_s:.2g} s at {viz.si(costs.write.best_bytes_per_s, 'B/s')}; "
@@ -513,7 +517,7 @@ sy, bytes_s = acs["modes"]["sync"], acs["state_bytes"] / costs.write.best_bytes_
 dcp_s = stats.median(sy["persist_s"])
 print(f"The stored synchronous save, {sy['median_blocked_s']:.3g} s for {viz.si(acs['state_bytes'], 'B')}: DCP's "
       f"save (planning, serialising, writing with fsync) took {dcp_s:.3g} s of it (median of {len(sy['persist_s'])}), "
-      f"{dcp_s / bytes_s:.2g}x the bytes' {bytes_s:.2g} s at this notebook's fastest write, and the commit around "
+      f"{dcp_s / bytes_s:.2g}x the bytes' {bytes_s:.2g} s at the fastest of section 1's writes, and the commit around "
       f"it the other {sy['median_blocked_s'] - dcp_s:.3g} s; that run shared the cores under the load its first "
       "line names, and times its parts no further.")
 w = costs.write   # section 1's writes: their rate varies from write to write (section 7 measures it again)
@@ -571,11 +575,9 @@ shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), Fal
 print(saving.plain_write_note(rates, "/dev/shm", str(DISK)))
 payload = copy_here / 2  # section 1's copy: bytes read plus written, so payload is half
 fastest = max(shm_plain.value, disk_plain.value)
-print(f"A plain write copies the payload into the kernel's pages. The faster plain write ran at "
-      f"{fastest / payload:.2g}x the payload rate of section 1's copy ({viz.si(payload, 'B/s')}, one buffer of the "
-      f"state's {viz.si(costs.state_bytes, 'B')}); these writes are {viz.si(rates.nbytes, 'B')} each, from one "
-      f"source buffer of at most 16 MiB reused, so the two copies differ in size and source: "
-      "the copy rate is a reference here, not a ceiling on the write.")
+print(f"A plain write copies its bytes into the kernel's pages: the faster ran at {fastest / payload:.2g}x the "
+      f"payload rate of section 1's copy ({viz.si(payload, 'B/s')}), a reference, not a ceiling (that copy moved one "
+      f"{viz.si(costs.state_bytes, 'B')} buffer; these writes {viz.si(rates.nbytes, 'B')} from a reused 16 MiB one).")
 
 # %%
 viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"), explain=dict.fromkeys(("held", "above", "below"), rates.medians_note("/dev/shm") + saving.fsync_scope_note(rates, "/dev/shm", str(DISK))))
@@ -635,8 +637,9 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 # * The verdicts are fewer tests than their count: the "<1 s" verdict judges section 1's
 #   synchronous save again (the blocked time's reading is context), sections 4 and 6 judge stored runs, the atomic commit and the differing bits
 #   are exact checks, and a floor or bound (section 1's, the disk's fsync over plain) tests
-#   little where the measurement lies far from it. The line above the headlines counts the
-#   verdicts by kind, from how each prediction was built.
+#   little where the measurement lies far from it. The line above the headlines, and the
+#   headlines' first row, count the held verdicts by kind (from how each prediction was built)
+#   and say how many of them were tests.
 # * An asynchronous save costs training its blocked time plus the slowdown of the steps that
 #   run beside its persist, so it is not cheaper than a synchronous one by construction: on
 #   busy cores the slowdown can outweigh the blocked time it spares. The stored run's cost per
@@ -655,7 +658,7 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 #   the job as a whole also loses the killed group's time until it rejoins (section 6 prints
 #   both).
 # * "<1 s" holds for a size and a storage, not in general: the headlines give each save shown
-#   with its side of 1 s, and Llama 3 8B's state at this disk's write rates.
+#   with its side of 1 s, and Llama 3 8B's state at section 1's write rates.
 # * `fsync` waits for a device where there is one, and tmpfs has none, so by the kernel's
 #   rules (not shown by a timing) its fsync waits for nothing; what this run measured of it,
 #   the ratio of fsync over plain with its interval, is in the headlines below. A plain write
@@ -672,16 +675,19 @@ judged = {"sync floor": p_sync, "staging floor": p_stage, "thread/sync": p_share
           "gzip size": p_gz, "gzip time": p_gz_s}
 if sw["daly_s"] is None:   # the sweep met too few failures: no verdict on it
     judged.pop("interval sweep")
-print(verdict_kinds(judged, again=("<1 s sync",)))
+print(verdict_kinds(judged, again=("<1 s sync",), verdicts=viz.shown_verdicts()))
 viz.show_headlines({
+    "verdicts": verdict_kinds(judged, again=("<1 s sync",), verdicts=viz.shown_verdicts(),
+                              names=False).rstrip("."),
     "sync save": f"{costs.blocked('sync').value:.3g} s ({viz.si(costs.state_bytes, 'B')})",
     "thread save blocks": f"{costs.blocked('thread').value:.3g} s",
     "floors' share of those times (sync: bytes; thread: copy)": f"{100 * costs.sync_model_s / costs.blocked('sync').value:.2g}%; {100 * costs.staging_floor_s / costs.blocked('thread').value:.2g}%",
     "async (thread) save, one stored CPU run under load: training lost per save":
         f"{lost:.3g} s, {ratio:.2g}x its sync save's there (training on {bench['cores']} CPU cores shared with the "
         f"writer; {bench['load']}; a GPU step competes with a persist differently)",
-    '"<1 s" claim, sync save': f"{saving.one_second_sizes(saves['sync'])}; Llama 3 8B's state, one writer at this "
-                               f"disk's rates: {big / w.best_bytes_per_s:.3g} to {big * max(w.times_s) / w.nbytes:.3g} s",
+    '"<1 s" claim, sync save': f"{saving.one_second_sizes(saves['sync'])}; Llama 3 8B's state, one writer at "
+                               f"section 1's write rates: {big / w.best_bytes_per_s:.3g} to "
+                               f"{big * max(w.times_s) / w.nbytes:.3g} s",
     "differing bits after a restart": f"{run.differing_bits + run.loss_bits}",
     "restart cost R": f"{R:.3g} s",
     "Llama 3 405B, modelled": f"{ll['goodput']:.1%} with a {ll['restart_s'] / 60:.3g}-min restart assumed (save every "

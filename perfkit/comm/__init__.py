@@ -21,7 +21,6 @@ from perfkit.comm.bucketing import (
     alone_against_model_text,
     bucket_count_effect,
     bucket_saving,
-    step_comm_text,
 )
 from perfkit.comm.call_cost import alpha_used_text, small_call_cost
 from perfkit.comm.collectives import (
@@ -35,6 +34,7 @@ from perfkit.comm.collectives import (
     gloo_reduce_scatter_text,
     isolated_times,
     medians_against_pairs,
+    peak_busbw_text,
     reduce_scatter_single,
     sweep,
 )
@@ -42,7 +42,6 @@ from perfkit.comm.experiments import (
     FitQuality,
     RingCheck,
     fit_quality,
-    hidden_share,
     ring_check,
     ring_check_text,
     ring_regime_text,
@@ -58,9 +57,11 @@ from perfkit.comm.networks import (
 from perfkit.comm.overlap import (
     backward_reading,
     ddp_against_text,
+    hidden_share,
     overlap_apart_text,
     overlap_held_text,
     overlap_said,
+    step_comm_text,
     together_share,
 )
 from perfkit.comm.ring import (
@@ -98,6 +99,7 @@ __all__ = [
     "FitQuality",
     "hidden_share",
     "medians_against_pairs",
+    "peak_busbw_text",
     "overlap_apart_text",
     "overlap_held_text",
     "overlap_said",

@@ -26,17 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
-from perfkit.comm.experiments import hidden_share
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["BucketSaving", "alone_against_model_text", "bucket_count_effect", "bucket_saving",
-           "step_comm_text"]
+__all__ = ["BucketSaving", "alone_against_model_text", "bucket_count_effect", "bucket_saving"]
 
 
 @dataclass(frozen=True)
@@ -363,39 +359,3 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
            "allows: they also overlap one another, which the model does not count.")
     return text + (f". The model lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, more than twice "
                    f"that spread: the data reject it for DDP's buckets, {why}")
-
-
-def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:
-    """Sentences on the communication inside the bucketed step (``bucketed - compute_only``, medians)
-    against the same all-reduces timed alone one after another (``comm_only``, as the bucketed step
-    runs them), where the two differ by more than 10 %. Where the all-reduces alone took longer,
-    compute plus them exceeds the bucketed step that holds both without overlap, and the sentence
-    gives the overlap's ceiling and hidden share (:func:`hidden_share`) read against the timing alone.
-
-    Raises:
-        TypeError, ValueError: as :func:`hidden_share`, or a missing ``comm_only`` series.
-    """
-    check_type("times_s", times_s, Mapping)
-    keys = ("compute_only", "bucketed", "comm_only")
-    if missing := [k for k in keys if k not in times_s]:
-        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
-    med = {k: float(np.median([check_real(f"times_s[{k!r}]", x, 0, lo_open=True)
-                               for x in check_items(f"times_s[{k!r}]", times_s[k])])) for k in keys}
-    inside, alone = med["bucketed"] - med["compute_only"], med["comm_only"]  # s
-    judged = " The overlapped step's saving is judged against the step's own communication"
-    if inside > 1.1 * alone:
-        return (" Inside the step each bucket is packed first, and the processes reach each all-reduce at "
-                "different times, the first to arrive waiting for the other." + judged + ".")
-    if inside <= 0 or alone <= 1.1 * inside:
-        return judged + "."
-    (hidden, ceiling), (alt, alt_ceiling) = hidden_share(times_s), hidden_share(times_s, comm_s=alone)
-    return (f" Timed alone, one after another as the bucketed step runs them, the all-reduces took "
-            f"{alone / inside:.2g}x the {si(inside, 's')} the subtraction leaves: compute plus them, "
-            f"{si(med['compute_only'] + alone, 's')}, exceeds the bucketed step's "
-            f"{si(med['bucketed'], 's')}, which holds both without overlap. So the step ran its all-reduces "
-            "faster than they ran alone, or its compute faster than compute alone, or the medians, each over "
-            "separately scattered rounds, do not add; this run does not measure which." + judged
-            + f" ({si(inside, 's')}: ceiling {ceiling:.2f}, share saved {hidden.value:.2f}); against the "
-            f"all-reduces alone ({si(alone, 's')}) the ceiling would be {alt_ceiling:.2f} and the share "
-            f"saved {alt.value:.2f}.")
-

@@ -44,6 +44,7 @@ __all__ = [
     "busbw_share",
     "gloo_reduce_scatter_text",
     "isolated_times",
+    "peak_busbw_text",
     "medians_against_pairs",
     "reduce_scatter_single",
     "sweep",
@@ -318,6 +319,32 @@ def busbw_fall_text(points: Sequence[CollectivePoint], below: float = 0.8) -> st
             f"{si(last.busbw, 'B/s')} at {si(last.nbytes, 'B')} ({last.busbw / top.busbw:.2g}x): past "
             f"{si(top.nbytes, 'B')} larger messages did not approach a bandwidth, against the model; this "
             "run does not measure why.")
+
+
+def peak_busbw_text(points: Sequence[CollectivePoint], judged: CollectivePoint, bytes_per_s: float,
+                    expected: float) -> str:
+    """A sentence (starting with a space) on where a sweep's peak busbw lay beside the ``judged``
+    point (a verdict's size), each as a share of ``bytes_per_s``, and which side of ``expected``
+    (a share) the peak lies: the verdict and the table's peak column then name their own sizes.
+
+    Raises:
+        TypeError, ValueError: for no points, one that is not a CollectivePoint, or
+            ``bytes_per_s`` or ``expected`` not > 0.
+    """
+    pts = [check_type("points[i]", p, CollectivePoint) for p in check_items("points", points)]
+    check_type("judged", judged, CollectivePoint)
+    check_real("bytes_per_s", bytes_per_s, 0, lo_open=True)
+    check_real("expected", expected, 0, lo_open=True)
+    top = max(pts, key=lambda p: p.busbw)
+    if top.busbw <= judged.busbw:
+        return f" The judged size, {si(judged.nbytes, 'B')}, is also the sweep's peak busbw."
+    share = top.busbw / bytes_per_s
+    return (f" The sweep's peak busbw, {si(top.busbw, 'B/s')} at {si(top.nbytes, 'B')} (the table's), is "
+            f"{share:.2g} of that rate, {top.busbw / judged.busbw:.2g}x the judged size's, "
+            f"{'at or below' if share <= expected else 'above'} the expected {expected:.2g}; the verdict "
+            f"judges {si(judged.nbytes, 'B')}"
+            + (", the largest size, the model's bandwidth-bound end."
+               if judged.nbytes >= max(p.nbytes for p in pts) else "."))
 
 
 def gloo_reduce_scatter_text(rs_s: float, ar_s: float, nbytes: int, world_size: int,

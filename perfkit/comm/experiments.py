@@ -1,5 +1,6 @@
-"""Notebook 02's analyses: the alpha-beta fit's quality, the ring model on more processes, and the
-overlap of gradient all-reduces with backward (what bucketing saved: :mod:`perfkit.comm.bucketing`).
+"""Notebook 02's analyses: the alpha-beta fit's quality and the ring model on more processes (the
+overlap of gradient all-reduces with backward: :mod:`perfkit.comm.overlap`; what bucketing saved:
+:mod:`perfkit.comm.bucketing`).
 
 Each takes what a 2- or 3-process job measured (:class:`~perfkit.comm.CollectivePoint`,
 per-round step times) and returns a record or an :class:`~perfkit.stats.Estimate`, so the
@@ -8,28 +9,27 @@ notebook shows the question, the prediction and the verdict, and tests check the
 Usage::
 
     q = fit_quality([p for p in points if p.op == "all_reduce"], fits["all_reduce"])
-    hidden, ceiling = hidden_share(compare["times_s"])  # a data_parallel job's rounds
-    print(q.median_rel_error, hidden, ceiling)
+    check = ring_check(points3, fits["all_reduce"])  # a 3-process sweep against the 2-process fit
+    print(q.median_rel_error, check.median_ratio)
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from perfkit import stats
-from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit._checks import check_int, check_items, check_type
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
-from perfkit.comm.overlap import backward_reading
 from perfkit.comm.ring import held_by_text, measured_rate_text
 from perfkit.units import si
 
-__all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share",
+__all__ = ["FitQuality", "RingCheck", "fit_quality",
            "ring_check", "ring_check_text", "ring_regime_text", "small_sizes_text"]
 
 
@@ -211,68 +211,6 @@ def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | 
                      float(np.median(ratios)), cross, sum(p.nbytes <= cross for p in pts),
                      tuple(None if p.p10_s is None else p.p10_s / m for p, m in zip(pts, model, strict=True)),
                      tuple(None if p.p90_s is None else p.p90_s / m for p, m in zip(pts, model, strict=True)))
-
-
-def _times(name: str, xs: Sequence[float]) -> np.ndarray:
-    arr = np.asarray([check_real(name, x, 0, lo_open=True) for x in check_items(name, xs)], dtype=float)
-    return arr  # s, every one > 0 and finite
-
-
-def hidden_share(times_s: Mapping[str, Sequence[float]],
-                 comm_s: float | None = None) -> tuple[stats.Estimate, float]:
-    """Share of the step's communication an overlapped step hid, and the most it could hide.
-
-    The baseline is the **bucketed** step: the same forward, backward, bucket copies and
-    all-reduces as the overlapped one, with the all-reduces after backward instead of during it,
-    timed in the same rounds. Its communication is ``bucketed - compute_only`` (medians;
-    ``compute_only``: forward + backward without communication), and the overlap hid
-    ``(bucketed - overlapped) / (bucketed - compute_only)``: per round the time the overlapped
-    step saved, over that median communication (its denominator's own spread is not in the
-    interval), as the median over rounds with its order-statistic interval
-    (:func:`perfkit.stats.per_round`; no interval below 5 rounds). The all-reduces timed alone
-    are not the baseline: inside a step each bucket is packed first and the processes reach
-    each all-reduce at different times, which the step's own communication includes and a
-    timing of the all-reduces alone does not. Only backward can cover
-    communication (the gradients exist only during it), so the ceiling is
-    ``min(backward, comm) / comm``, ``backward`` from the same rounds by :func:`backward_reading`:
-    the larger of ``backward_only``'s median and, where ``forward_only`` was timed too,
-    ``compute_only``'s median less ``forward_only``'s, but never above ``compute_only``'s median (a part
-    cannot outlast its whole).
-
-    Args:
-        times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
-            ``backward_only`` (and optionally ``forward_only``), round ``i`` of each timed
-            back to back.
-        comm_s: the communication to share out, in seconds, in place of ``bucketed - compute_only``
-            (to read the same rounds against another measure of it, such as the all-reduces timed
-            alone); ``None``: the step's own.
-
-    Returns:
-        ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
-
-    Raises:
-        TypeError, ValueError: for ``times_s`` that is not a mapping, a missing, empty or
-            unequal series, a time that is not > 0, or a bucketed step whose median is not
-            above compute's (no communication showed in it to hide).
-    """
-    check_type("times_s", times_s, Mapping)
-    keys = ("compute_only", "bucketed", "overlapped", "backward_only")
-    if missing := [k for k in keys if k not in times_s]:
-        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
-    c, s, o, b = (_times(f"times_s[{k!r}]", times_s[k]) for k in keys)
-    if not len(c) == len(s) == len(o) == len(b):
-        raise ValueError(f"times_s series must hold the same number of rounds, got "
-                         f"{len(c)}, {len(s)}, {len(o)}, {len(b)}")
-    comm = float(np.median(s)) - float(np.median(c))  # s: the communication inside the bucketed step
-    if comm_s is not None:
-        comm = check_real("comm_s", comm_s, 0, lo_open=True)
-    elif comm <= 0:
-        raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
-                         f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
-    backward = backward_reading(times_s)[0]
-    ceiling = min(backward, comm) / comm
-    est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
-    return est, ceiling
 
 
 def _moved(x: float) -> str:

@@ -1,5 +1,8 @@
-"""What an overlapped data-parallel step saved beyond launching its all-reduces together.
+"""What an overlapped data-parallel step saved, and beyond launching its all-reduces together.
 
+:func:`hidden_share` is the share of the communication the bucketed step exposes (``bucketed -
+compute``) that the overlapped step saved, with its ceiling; :func:`step_comm_text` holds that exposed
+communication against the all-reduces timed alone and against a shorter reading of compute.
 Notebook 02's overlapped step launches each bucket's all-reduce as backward produces it. Part of
 what it saves can come from launching the all-reduces together rather than from hiding them
 behind backward: :func:`together_share` measures that part on the all-reduces timed alone,
@@ -10,8 +13,9 @@ ceiling rests on, and :func:`ddp_against_text` what DDP's step over the overlapp
 
 Usage::
 
-    apart = together_share(times_s)           # times_s: the job's paired rounds
-    print(overlap_apart_text(hidden, apart))  # hidden: perfkit.comm.hidden_share(times_s)[0]
+    hidden, ceiling = hidden_share(times_s)   # times_s: the job's paired rounds
+    apart = together_share(times_s)
+    print(overlap_apart_text(hidden, apart))
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.units import si
 
-__all__ = ["backward_reading", "ddp_against_text", "overlap_apart_text", "overlap_held_text", "overlap_said",
-           "together_share"]
+__all__ = ["backward_reading", "ddp_against_text", "hidden_share", "overlap_apart_text", "overlap_held_text",
+           "overlap_said", "step_comm_text", "together_share"]
 
 
 def together_share(times_s: Mapping[str, Sequence[float]]) -> stats.Estimate:
-    """Share of the bucketed step's communication (as :func:`hidden_share`'s) that launching its
+    """Share of the bucketed step's exposed communication (as :func:`hidden_share`'s) that launching its
     all-reduces together saved, timed alone: the median round's ``(comm_only - comm_together) / comm``
     with its interval. The overlapped step can save this without hiding anything behind backward.
 
@@ -66,9 +70,10 @@ def overlap_apart_text(hidden: stats.Estimate, together: stats.Estimate, short: 
             + (together.scaled(100).text("%") if pct else together.text()))
     if short:
         return said + (": the overlapped step saved more, part of it beyond running them together"
-                       if beyond else ": this run shows no overlap with backward beyond that" if both else
+                       if beyond else
+                       ": this run does not show overlap with backward beyond that" if both else
                        ": without intervals this run cannot tell the two apart")
-    said += " of the bucketed step's communication"
+    said += " of the bucketed step's exposed communication"
     if beyond:
         rel = (f"the overlapped step's interval lies above it: it saved {hidden.value - together.value:.2f} "
                "of the communication more (by the two medians), a part that running the all-reduces "
@@ -236,3 +241,125 @@ def backward_reading(times_s: Mapping[str, Sequence[float]]) -> tuple[float, str
 def _positive(name: str, xs: Sequence[float]) -> np.ndarray:
     """``xs`` as an array of seconds, each > 0 and finite."""
     return np.asarray([check_real(name, x, 0, lo_open=True) for x in check_items(name, xs)], dtype=float)
+
+
+def hidden_share(times_s: Mapping[str, Sequence[float]],
+                 comm_s: float | None = None) -> tuple[stats.Estimate, float]:
+    """Share of the step's exposed communication an overlapped step hid, and the most it could hide.
+
+    The baseline is the **bucketed** step: the same forward, backward, bucket copies and
+    all-reduces as the overlapped one, with the all-reduces after backward instead of during it,
+    timed in the same rounds. Its communication is defined as what it exposes,
+    ``bucketed - compute_only`` (medians; ``compute_only``: forward + backward without
+    communication, a reference rather than a floor), the time communication adds to a step that
+    overlaps none of it, whatever the all-reduces take alone; the overlap hid
+    ``(bucketed - overlapped) / (bucketed - compute_only)``: per round the time the overlapped
+    step saved, over that median communication (its denominator's own spread is not in the
+    interval), as the median over rounds with its order-statistic interval
+    (:func:`perfkit.stats.per_round`; no interval below 5 rounds). The all-reduces timed alone
+    are not the baseline: inside a step each bucket is packed first and the processes reach
+    each all-reduce at different times, which the step's own communication includes and a
+    timing of the all-reduces alone does not. Only backward can cover
+    communication (the gradients exist only during it), so the ceiling is
+    ``min(backward, comm) / comm``, ``backward`` from the same rounds by :func:`backward_reading`:
+    the larger of ``backward_only``'s median and, where ``forward_only`` was timed too,
+    ``compute_only``'s median less ``forward_only``'s, but never above ``compute_only``'s median (a part
+    cannot outlast its whole).
+
+    Args:
+        times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
+            ``backward_only`` (and optionally ``forward_only``), round ``i`` of each timed
+            back to back.
+        comm_s: the communication to share out, in seconds, in place of ``bucketed - compute_only``
+            (to read the same rounds against another measure of it, such as the all-reduces timed
+            alone); ``None``: the step's own.
+
+    Returns:
+        ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
+
+    Raises:
+        TypeError, ValueError: for ``times_s`` that is not a mapping, a missing, empty or
+            unequal series, a time that is not > 0, or a bucketed step whose median is not
+            above compute's (no communication showed in it to hide).
+    """
+    check_type("times_s", times_s, Mapping)
+    keys = ("compute_only", "bucketed", "overlapped", "backward_only")
+    if missing := [k for k in keys if k not in times_s]:
+        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
+    c, s, o, b = (_positive(f"times_s[{k!r}]", times_s[k]) for k in keys)
+    if not len(c) == len(s) == len(o) == len(b):
+        raise ValueError(f"times_s series must hold the same number of rounds, got "
+                         f"{len(c)}, {len(s)}, {len(o)}, {len(b)}")
+    comm = float(np.median(s)) - float(np.median(c))  # s: the communication inside the bucketed step
+    if comm_s is not None:
+        comm = check_real("comm_s", comm_s, 0, lo_open=True)
+    elif comm <= 0:
+        raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
+                         f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
+    backward = backward_reading(times_s)[0]
+    ceiling = min(backward, comm) / comm
+    est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
+    return est, ceiling
+
+
+def step_comm_text(times_s: Mapping[str, Sequence[float]],
+                   shorter_compute: tuple[str, float] | None = None) -> str:
+    """Sentences on the communication the bucketed step exposes (``bucketed - compute_only``, medians:
+    what communication adds to a step that overlaps none of it, the figure :func:`hidden_share` shares
+    out) against the same all-reduces timed alone one after another (``comm_only``, as the bucketed
+    step runs them), where the two differ by more than 10 %. Where the all-reduces alone took longer,
+    compute plus them exceeds the bucketed step that holds both without overlap, and the sentence
+    gives the overlap's ceiling and hidden share read against the timing alone beside the judged ones.
+
+    ``compute_only`` is a reference, not a floor: ``shorter_compute``, ``(what, seconds)``, names
+    another measured time that holds a step's forward and backward (say, an accumulation
+    micro-batch with its share of the all-reduce); where it is shorter, the sentences say so and
+    give the exposed communication, ceiling and share read against it.
+
+    Raises:
+        TypeError, ValueError: as :func:`hidden_share`, a missing ``comm_only`` series, or a
+            ``shorter_compute`` that is not a ``(str, seconds > 0)`` pair.
+    """
+    check_type("times_s", times_s, Mapping)
+    keys = ("compute_only", "bucketed", "comm_only")
+    if missing := [k for k in keys if k not in times_s]:
+        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
+    if shorter_compute is not None:
+        check_type("shorter_compute", shorter_compute, tuple)
+        if len(shorter_compute) != 2:
+            raise ValueError(f"shorter_compute must be (what, seconds), got {shorter_compute!r}")
+        check_type("shorter_compute[0]", shorter_compute[0], str)
+        check_real("shorter_compute[1]", shorter_compute[1], 0, lo_open=True)
+    med = {k: float(np.median([check_real(f"times_s[{k!r}]", x, 0, lo_open=True)
+                               for x in check_items(f"times_s[{k!r}]", times_s[k])])) for k in keys}
+    inside, alone = med["bucketed"] - med["compute_only"], med["comm_only"]  # s
+    judged = (" The verdict shares out the communication the step exposes, bucketed less compute alone, "
+              "as defined above")
+    if inside > 1.1 * alone:
+        text = (" Inside the step each bucket is packed first, and the processes reach each all-reduce at "
+                "different times, the first to arrive waiting for the other: the step exposes more than the "
+                "all-reduces take alone." + judged + ".")
+    elif inside <= 0 or alone <= 1.1 * inside:
+        text = judged + "."
+    else:
+        (hidden, ceiling), (alt, alt_ceiling) = hidden_share(times_s), hidden_share(times_s, comm_s=alone)
+        text = (f" Timed alone, one after another as the bucketed step runs them, the all-reduces took "
+                f"{alone / inside:.2g}x the {si(inside, 's')} the step exposes: compute plus them, "
+                f"{si(med['compute_only'] + alone, 's')}, exceeds the bucketed step's "
+                f"{si(med['bucketed'], 's')}, which holds both without overlap. So the step ran its "
+                "all-reduces faster than they ran alone, or its compute faster than compute alone, or the "
+                "medians, each over separately scattered rounds, do not add; this run does not measure which."
+                + judged
+                + f" ({si(inside, 's')}: ceiling {ceiling:.2f}, share saved {hidden.value:.2f}), not the "
+                f"all-reduces' own duration; read against the all-reduces alone ({si(alone, 's')}) the "
+                f"ceiling would be {alt_ceiling:.2f} and the share saved {alt.value:.2f}.")
+    if shorter_compute is None or inside <= 0 or shorter_compute[1] >= med["compute_only"]:
+        return text
+    what, short = shorter_compute
+    (hidden, ceiling), (alt, alt_ceiling) = hidden_share(times_s), hidden_share(
+        times_s, comm_s=med["bucketed"] - short)
+    return text + (f" Compute alone ({si(med['compute_only'], 's')}) is the reference that definition "
+                   f"subtracts, not a floor: {what} took {si(short, 's')}, less. Subtracting that instead, "
+                   f"the step exposes {si(med['bucketed'] - short, 's')}, the ceiling would be "
+                   f"{alt_ceiling:.2f} (against {ceiling:.2f}) and the share saved {alt.value:.2f} (against "
+                   f"{hidden.value:.2f}).")

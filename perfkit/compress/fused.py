@@ -20,7 +20,7 @@ Sign decode    unpack 8 planes (shift, and,         1/8 packed + 4
 
 (:data:`BYTES_PER_VALUE` holds these counts; a copy moves 8.) The model counts every byte
 as memory traffic, although the eager sign steps on single planes (arrays of n/8 bytes)
-mostly stay in the caches.
+stay in the caches where n/8 bytes fit in them (at 2^24 values a plane is 2 MB).
 
 ``fused`` selects the path: ``None`` (the default) fuses tensors of at least
 :data:`FUSED_MIN_NUMEL` values, ``True`` always fuses, ``False`` never does. The first

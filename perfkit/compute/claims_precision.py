@@ -242,43 +242,48 @@ class GradientFlush:
         """
         return self.below_normal_at(1.0) - self.below_normal_at(scale)
 
+    def span(self, scale: float) -> tuple[float, float]:
+        """fp16's claim measured two ways at ``scale``, as shares of the nonzero values, lowest first:
+        the stand-in (:meth:`lifted_by_scale`) and the direct count of the values the fp16 backward
+        flushed to zero that the scale kept (:meth:`kept_by_scale`, the bf16 claim's measure). The
+        verdict judges the stand-in with this as its range (``assess``'s ``spread``), so one rule
+        decides: both past the line holds, the two on either side of it holds partly.
+
+        Raises:
+            TypeError, ValueError: for a ``scale`` that is not a finite number > 0.
+        """
+        lifted, kept = self.lifted_by_scale(scale) / self.kept, self.kept_by_scale("fp16", scale) / self.kept
+        return min(lifted, kept), max(lifted, kept)
+
     def criterion_label(self, scale: float, line: float) -> str:
-        """Which test fp16's claim is judged by, for its row and headline, with whether the other
-        test, the bf16 claim's (the flushed values the scale kept, :meth:`kept_by_scale`), agrees at
-        ``scale`` against the share ``line``, and where it disagrees its share and side of the line:
-        ``"by the subnormal stand-in; the flush count, bf16's test, disagrees (0.019%, below the 1% line)"``.
+        """fp16's row and headline label: its two counts at ``scale`` (:meth:`span`), and whether they
+        lie on one side of the share ``line`` or on both.
 
         Raises:
             TypeError, ValueError: for a ``scale`` or ``line`` that is not a finite number > 0.
         """
         check_real("line", line, 0, lo_open=True)
         lifted, kept = self.lifted_by_scale(scale) / self.kept, self.kept_by_scale("fp16", scale) / self.kept
-        agree = (lifted >= line) == (kept >= line)
-        return "by the subnormal stand-in; the flush count, bf16's test, " + (
-            "agrees" if agree else f"disagrees ({kept:.3%}, "
-            f"{'at or above' if kept >= line else 'below'} the {line:.0%} line)")
+        sides = "one side" if (lifted >= line) == (kept >= line) else "both sides"
+        return f"two counts, {lifted:.2%} lifted from subnormal, {kept:.3%} from zero: {sides} of {line:.0%}"
 
     def criteria(self, scale: float, line: float) -> str:
-        """Which count decides fp16's claim at ``scale`` against the share ``line``, beside the other:
-        the stand-in (values :meth:`lifted_by_scale`, which decides) and the values the fp16
-        backward itself flushed to zero that the scale kept (:meth:`kept_by_scale`, the criterion
-        the bf16 claim is judged by), each said above or below the line, and whether they agree.
+        """The two counts of fp16's claim at ``scale`` (:meth:`span`) against the share ``line``, and
+        what the one rule makes of them: the same status where they lie on one side, holds partly
+        (at most) where they lie on both.
 
         Raises:
             TypeError, ValueError: for a ``scale`` or ``line`` that is not a finite number > 0.
         """
         check_real("line", line, 0, lo_open=True)
         lifted, kept = self.lifted_by_scale(scale) / self.kept, self.kept_by_scale("fp16", scale) / self.kept
-        side = {True: "at or above", False: "below"}
-        return (f"The verdict reads the stand-in, {lifted:.2%} lifted out of fp16's subnormal range "
-                f"({side[lifted >= line]} the {line:.0%} line). Counted as the bf16 claim is, by the values "
-                f"the fp16 backward itself flushed to zero ({self.lost['fp16']:,} unscaled), the scale kept "
-                f"{kept:.3%} of the values, {side[kept >= line]} the line: "
-                + ("the two criteria agree." if (lifted >= line) == (kept >= line)
-                   else "the two criteria disagree, and only the stand-in carries the verdict: it is "
-                   "the fp32 gradients times the scale, which counts values fp16 would keep with fewer "
-                   "significant bits beside those it loses; by the direct fp16 count alone, the figure lies "
-                   f"{side[kept >= line]} the line instead."))
+        side, one = {True: "at or above", False: "below"}, (lifted >= line) == (kept >= line)
+        return (f"Two counts measure it: {lifted:.2%} lifted out of fp16's subnormal range (fp32 gradients "
+                f"times the scale: values fp16 keeps with fewer bits, or loses), {side[lifted >= line]} the "
+                f"{line:.0%} line; {kept:.3%} kept of the values the fp16 backward itself flushed to zero "
+                f"({self.lost['fp16']:,} unscaled), {side[kept >= line]} it. The verdict takes the two as "
+                "the figure's range: " + ("they lie on one side of the line." if one else "they lie on both "
+                                          "sides: the scale rescues precision, not values from zero."))
 
 
 def gradient_flush(batch: int = 4, seq: int = 64, model_kw: dict | None = None,

@@ -39,7 +39,7 @@ from perfkit.timing import Measurement, interleaved
 
 __all__ = [
     "PRECISIONS", "GPTShape", "Speedup", "compare", "counted_flops", "dispatched_calls",
-    "gpt2_shape", "gpt_train_flops", "make_train_step", "mfu", "precision_dtype",
+    "gpt2_shape", "gpt_train_flops", "make_train_step", "mfu", "model_over_counted", "precision_dtype",
 ]
 
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -74,6 +74,37 @@ def gpt_train_flops(n_params: int, n_layer: int, d_model: int, seq_len: int, tok
                     ("seq_len", seq_len), ("tokens", tokens)):
         check_int(name, v, 1)
     return 6 * n_params * tokens + 12 * n_layer * d_model * seq_len * tokens
+
+
+def model_over_counted(model_flops: float, counted_flops: float, flat_flops: float) -> str:
+    """The model's count (``6N + 12 L d T`` a token) over the FLOPs a counter found
+    (``FlopCounterMode``, attention on its causal entries only), split by the computation each
+    part of the gap comes from: ``flat_flops``, the ``6N`` charge on parameters that do no
+    matmul (biases and layer norms, 6 FLOPs per token each), and the rest, attention's masked
+    entries, which the formula's full ``T x T`` square counts and a causal kernel skips.
+
+    Returns:
+        ``"1.05x the FLOPs counted here: of its 5.4 points, 0.6 are ..."`` (points: hundredths
+        of the counted FLOPs); where the counter found more than the formula less
+        ``flat_flops``, the words say so instead of crediting attention with a negative share.
+
+    Raises:
+        TypeError, ValueError: for counts that are not finite numbers, ``model_flops`` and
+            ``counted_flops`` not > 0, or a negative ``flat_flops``.
+    """
+    check_real("model_flops", model_flops, 0, lo_open=True)
+    check_real("counted_flops", counted_flops, 0, lo_open=True)
+    check_real("flat_flops", flat_flops, 0)
+    gap = (model_flops - counted_flops) / counted_flops * 100  # points: hundredths of the counted FLOPs
+    flat = flat_flops / counted_flops * 100  # points
+    head = f"{model_flops / counted_flops:.2f}x the FLOPs counted here"
+    if gap - flat >= 0:
+        return (f"{head}: of its {gap:.1f} points, {flat:.1f} are the 6N charge on the parameters that do no "
+                f"matmul (biases, layer norms) and {gap - flat:.1f} attention's masked entries, which the "
+                "formula's T x T square counts and the causal kernel skips")
+    return (f"{head}: the 6N charge on the parameters that do no matmul (biases, layer norms) is "
+            f"{flat:.1f} points, more than the whole gap of {gap:.1f}: the counter found work the formula "
+            "does not count")
 
 
 @dataclass(frozen=True)

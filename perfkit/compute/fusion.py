@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,12 +34,14 @@ from perfkit.compute.kernels import ChainBytes
 from perfkit.timing import Measurement, interleaved
 from perfkit.units import si
 
-__all__ = ["FILL_OVER_COPY", "ChainModel", "NewTensorCost", "chain_explanations", "chain_model",
+__all__ = ["FILL_OVER_ROOF", "ChainModel", "NewTensorCost", "chain_explanations", "chain_model",
            "new_tensor_cost", "what_fusion_saved"]
 
-# A copy moves 3 buffers for the 2 it counts (write-allocate reads the destination first); a fill
-# with streaming stores moves 1 for the 1 it counts: at one real bandwidth, 3/2 of a copy's counted rate
-FILL_OVER_COPY = 1.5
+# The DRAM roof is the better of a copy and x + y of DRAM-sized buffers, both measured on each thread
+# count. With write-allocate (each written line read first) a copy moves 3 buffers for the 2 it
+# counts and x + y 4 for its 3, so at one real bandwidth W the roof is x + y's, 3/4 W; a fill with
+# streaming stores moves 1 buffer for the 1 it counts, W: at most 4/3 of the roof from DRAM alone
+FILL_OVER_ROOF = 4 / 3
 
 
 @dataclass(frozen=True)
@@ -91,22 +94,24 @@ class NewTensorCost:
     def describe(self, nbytes: int, copy_bytes_per_s: float | None = None) -> str:
         """What the two fills of ``nbytes`` measured, in words, with the existing one's rate of
         bytes written. No share of the DRAM roof ``copy_bytes_per_s`` is printed: the roof counts a
-        copy's (or ``x + y``'s) reads and writes, not the read each written line costs first
-        (write-allocate), while a fill only writes, and streaming stores can skip that
-        read-for-ownership. So a fill from DRAM can pass the roof by up to :data:`FILL_OVER_COPY`
-        (a copy moves 3 buffers for the 2 it counts; a streaming fill, 1 for 1), and the words say
-        so; only a rate past that many times the roof shows that part of its pages stayed in cache."""
+        copy's or ``x + y``'s reads and writes (the better of the two), not the read each written
+        line costs first (write-allocate), while a fill only writes, and streaming stores can skip
+        that read-for-ownership. So a fill from DRAM can pass the roof by up to
+        :data:`FILL_OVER_ROOF` (``x + y`` moves 4 buffers for the 3 it counts, a copy 3 for 2, a
+        streaming fill 1 for 1: at one real bandwidth the roof is ``x + y``'s, 3/4 of it), and the
+        words say so; only a rate past that many times the roof shows that part of its pages stayed
+        in cache."""
         rate = nbytes / self.reuse.median_s  # B/s, written
         roof = "" if copy_bytes_per_s is None else f"the DRAM roof of {si(copy_bytes_per_s, 'B/s')}"
         where = (f" ({si(rate, 'B/s')} written" + (
             "" if not roof or rate <= copy_bytes_per_s else
-            f", {rate / copy_bytes_per_s:.2f}x {roof}, which counts a copy's reads and writes and not its "
+            f", {rate / copy_bytes_per_s:.2f}x {roof}, which counts x + y's reads and writes and not its "
             "write-allocate read: a fill only writes, and with streaming stores that skip the "
-            f"read-for-ownership it can pass that roof by up to {FILL_OVER_COPY:.1f}x from DRAM alone"
-            if rate <= FILL_OVER_COPY * copy_bytes_per_s else
-            f", above {FILL_OVER_COPY:.1f}x {roof}, the most a fill from DRAM alone can reach (a copy moves "
-            "3 buffers for the 2 it counts, a streaming fill 1 for 1): part of its pages stayed in cache "
-            "between fills") + ")")
+            "read-for-ownership it can pass that roof by up to 4/3 from DRAM alone"
+            if rate <= FILL_OVER_ROOF * copy_bytes_per_s else
+            f", above 4/3 of {roof}, the most a fill from DRAM alone can reach (x + y moves 4 buffers for "
+            "the 3 it counts, a streaming fill 1 for 1): part of its pages stayed in cache between "
+            "fills") + ")")
         head = (f"filling a new {nbytes / 2**20:.0f} MiB tensor: {self.fresh.median_s * 1e3:.2f} ms, an "
                 f"existing one: {self.reuse.median_s * 1e3:.2f} ms{where}: ")
         if self.extra_s > self.reuse.median_s:
@@ -237,15 +242,21 @@ def chain_explanations(model: ChainModel, rec: CompileRecord,
 def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_ratio: float) -> str:
     """What fusing the chain saved per call (``rec``: eager and compiled, medians), and the
     model's two terms for it: the ``kernels - 1`` new tensors the fused kernel no longer faults
-    in, and the bytes it no longer moves. Whichever term is the larger set the eager chain's
-    time; where that is the page faults, ``byte_ratio`` (the bytes' speedup) was never the
-    speedup on offer. A GPU's caching allocator reuses freed blocks without faults, so only the
-    bytes' part describes what fusing buys there.
+    in, and the bytes it no longer moves. A GPU's caching allocator reuses freed blocks without
+    faults, so only the bytes' part describes what fusing buys there.
 
     Where the two terms cover under half the saving, or over 1.5x it, the sentence says so
     (what neither term counts, or the fused loop's arithmetic taking part of it back); between,
     it prints the milliseconds they leave unexplained (or overshoot by); a compiled chain no
     faster than eager gets no attribution at all.
+
+    Which term is the larger part of the saving is not which one moved the speedup off
+    ``byte_ratio`` (the bytes' speedup): faults that scale with the kernels as the bytes do leave
+    the ratio nearly where it was. The measured speedup (the medians' ratio) is ``byte_ratio``
+    times three factors, each printed: the page faults' (the model's speedup over the byte
+    ratio), the compiled loop's time over its model's (the arithmetic the model leaves out), and
+    the eager chain's time over its own model's (per-op work it leaves out); the sentence names
+    the factor farthest from 1 as the one that moved it.
 
     Raises:
         TypeError, ValueError: for a bad ``model`` or ``rec``, ``kernels`` below 1 or a
@@ -274,18 +285,58 @@ def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_
                 "saved. "))
     gpu = (f"the fused kernel moves {byte_ratio:.1f}x fewer bytes than the {kernels} kernels, the speedup "
            "memory-bound work allows, less the arithmetic where that binds")
+    moved_by = _what_moved_the_speedup(model, rec, byte_ratio)
     if faults > moved:
-        return head + ("Of the terms the model counts, the eager chain's new tensors' page faults are "
-                       f"the larger here, not its bytes, so the {byte_ratio:.1f}x byte ratio was never "
-                       "the speedup on offer. The faults come from the allocator, not the CPU: glibc hands "
-                       "blocks above its mmap threshold back to the operating system, and each new one "
-                       "faults in page by page (an allocator that keeps freed blocks, jemalloc or tcmalloc "
-                       "by LD_PRELOAD, or glibc with MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_ set "
-                       "high, is the usual CPU remedy, untested here; raising MALLOC_MMAP_THRESHOLD_ "
-                       "cannot help, as glibc caps it at 32 MiB on 64-bit); a GPU's caching allocator "
-                       "keeps freed blocks and reuses them without faults, so that part does not carry "
-                       "over. What "
-                       f"carries is the bytes: {gpu} (how much the arithmetic binds on a GPU, this CPU run "
-                       "does not test).")
-    return head + ("The bytes are the larger term, as on a GPU, whose caching allocator faults in no new "
-                   f"tensor: {gpu}.")
+        return head + moved_by + (
+            "Of the saving the model counts, the new tensors' page faults are the larger part, not the "
+            "bytes. The faults come from the allocator, not the CPU: glibc hands "
+            "blocks above its mmap threshold back to the operating system, and each new one "
+            "faults in page by page (an allocator that keeps freed blocks, jemalloc or tcmalloc "
+            "by LD_PRELOAD, or glibc with MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_ set "
+            "high, is the usual CPU remedy, untested here; raising MALLOC_MMAP_THRESHOLD_ "
+            "cannot help, as glibc caps it at 32 MiB on 64-bit); a GPU's caching allocator "
+            "keeps freed blocks and reuses them without faults, so that part does not carry "
+            f"over. What carries is the bytes: {gpu} (how much the arithmetic binds on a GPU, this CPU run "
+            "does not test).")
+    return head + moved_by + ("Of the saving the model counts, the bytes are the larger part, as on a GPU, "
+                              f"whose caching allocator faults in no new tensor: {gpu}.")
+
+
+def _what_moved_the_speedup(model: ChainModel, rec: CompileRecord, byte_ratio: float) -> str:
+    """The measured speedup (medians' ratio) as ``byte_ratio`` times three factors, and the one
+    farthest from 1 named: the faults' (model speedup over byte ratio), the compiled loop's own
+    and the eager chain's own (each measured over its model)."""
+    measured = rec.eager.median_s / rec.compiled.median_s
+    terms = {  # name: (factor on the speedup, what it stands for)
+        "faults": (model.speedup / byte_ratio,
+                   f"the page faults the model counts (its {model.speedup:.2f}x)"),
+        "compiled": (model.fused_total_s / rec.compiled.median_s,
+                     "the compiled loop's time over its model's"),
+        "eager": (rec.eager.median_s / model.eager_s, "the eager chain's time over its model's")}
+
+    def move(x: float) -> str:
+        return f"multiplied by {x:.2f}" if x >= 1 else f"divided by {1 / x:.2f}"
+
+    parts = [f"{move(x)} for {what}" for x, what in terms.values()]
+    said = ", ".join(parts[:-1]) + f", and {parts[-1]}"
+    top = max(terms, key=lambda k: abs(math.log(terms[k][0])))
+    down = terms[top][0] < 1  # the named factor lowered the speedup
+    small_faults = abs(math.log(terms["faults"][0])) < math.log(1.25)  # faults moved the model < 25 %
+    named = {
+        ("faults", True): f"the page faults lowered it most: the model's {model.speedup:.2f}x, not the "
+                          f"{byte_ratio:.1f}x byte ratio, was the speedup on offer",
+        ("faults", False): f"the page faults raised it most: the model's {model.speedup:.2f}x, not the "
+                           f"{byte_ratio:.1f}x byte ratio, was the speedup on offer",
+        ("compiled", True): "the compiled loop's own time lowered it most" + (
+            f", not the page faults, which move the model's speedup only to {model.speedup:.2f}x: the "
+            "byte ratio was nearly on offer, and the fused loop's arithmetic took it back"
+            if small_faults else f", more than the page faults (the model's {model.speedup:.2f}x)"),
+        ("compiled", False): "the compiled loop's own time raised it most: it ran faster than its bytes "
+                             "and its new tensor predict (its data stayed in cache, or its new tensor "
+                             "took fewer faults)",
+        ("eager", True): "the eager chain's own time lowered it most: it ran faster than its model "
+                         "(intermediates stayed in cache, or the allocator reused blocks)",
+        ("eager", False): "the eager chain's own time raised it most: per-op work the model leaves out "
+                          "made it slower than its model, and fusing removed that work too"}[top, down]
+    return (f"The measured {measured:.2f}x (the medians' ratio) is the {byte_ratio:.1f}x byte ratio {said}; "
+            f"{named}. ")

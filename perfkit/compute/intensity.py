@@ -217,10 +217,18 @@ def dram_on_threads(limits: MachineLimits, threads: int | None) -> float | None:
     Raises:
         TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
     """
+    return None if _thread_roof_args(limits, threads) is None else _dram_on(limits, threads)
+
+
+def _thread_roof_args(limits: MachineLimits, threads: int | None) -> int | None:
+    """The argument checks :func:`dram_on_threads` and :func:`cache_on_threads` share: ``threads``
+    (``None`` for all cores), once ``limits`` is :class:`MachineLimits` and ``threads`` at least 1."""
     check_type("limits", limits, MachineLimits)
-    if threads is None:
-        return None
-    check_int("threads", threads, 1)
+    return None if threads is None else check_int("threads", threads, 1)
+
+
+def _dram_on(limits: MachineLimits, threads: int) -> float | None:
+    """:func:`dram_on_threads` on checked arguments."""
     pts = [p for p in limits.copy_points if p.threads == threads and p.nbytes == limits.dram_nbytes]
     if not pts:
         return None
@@ -238,10 +246,11 @@ def cache_on_threads(limits: MachineLimits, threads: int | None) -> float | None
     Raises:
         TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
     """
-    check_type("limits", limits, MachineLimits)
-    if threads is None:
-        return None
-    check_int("threads", threads, 1)
+    return None if _thread_roof_args(limits, threads) is None else _cache_on(limits, threads)
+
+
+def _cache_on(limits: MachineLimits, threads: int) -> float | None:
+    """:func:`cache_on_threads` on checked arguments."""
     seen = cached_copy_bytes(limits)
     rates = [p.best_bytes_per_s for p in limits.copy_points
              if p.op == "copy" and p.threads == threads and seen and p.nbytes <= seen]
@@ -282,8 +291,8 @@ def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32
     peak, dram = limits.peak_flops(dtype, threads), limits.copy_bytes_per_s
     in_cache = limits.cache_bytes_per_s
     if thread_bandwidths:  # each where measured on the threads, else all cores'
-        dram = dram_on_threads(limits, threads) or dram
-        in_cache = cache_on_threads(limits, threads) or in_cache
+        dram = (_dram_on(limits, threads) if threads is not None else None) or dram  # threads: checked above
+        in_cache = (_cache_on(limits, threads) if threads is not None else None) or in_cache
     fits = cache_fit_bytes(limits) if cache else -1
 
     def bw(nbytes: int) -> float:

@@ -146,7 +146,9 @@ class PhaseModel:
         the band, the one ``eta`` the measured ratio would need (:meth:`one_eta`). Each phase's
         ``eta`` comes from the same times it explains, so an ``eta`` above 1 is read as the model's
         inputs being off (the per-op roofs ``R`` or the few-token fixed costs), not as ops beating
-        their roofs: the texts name that alternative, which this model cannot exclude."""
+        their roofs: the texts name that alternative, which this model cannot exclude. Where each
+        phase's own ``eta`` lies in (0, 1] but they differ by over a tenth, the texts name the part
+        that failed: the model's one ``eta`` for both phases."""
         f, b = self.reach()
         off = ("an eta above 1 says the model's inputs are off, not that ops beat their roofs: the per-op "
                "roofs R or the fixed-cost reading (the phases timed at a few tokens) is wrong, and this run "
@@ -167,8 +169,16 @@ class PhaseModel:
                 + ("." if same else ". Taken apart, the two phases' ops reach shares of their roofs "
                    f"{max(f, b) / min(f, b):.2f}x apart, not the one eta the model assumes; {fits}."))
         none = " No one eta in (0, 1] gives the measured ratio at the medians"
+        apart = not same and 0 < min(f, b) and max(f, b) <= 1  # two etas fit, each under its roof
+        blame = (f" Each phase's own eta lies in (0, 1], {f:.0%} (forward) and {b:.0%} (backward), "
+                 f"{max(f, b) / min(f, b):.2f}x apart: what failed is the model's one eta for both phases, "
+                 "not the per-op roofs R or the fixed-cost reading, which give each phase's time with its "
+                 "ops under their roofs (this run does not exclude that they are off as well).")
+        needs = (f": it would take {one:.2f}, and an eta above 1 does not say that ops beat their roofs."
+                 if one < float("inf") else ".")
         implied = (f" One eta of {one:.0%} for both phases gives the measured ratio at the medians."
-                   if 0 < one <= 1 else none + (f": it would take {one:.2f}; {off}." if one < float("inf")
+                   if 0 < one <= 1 else none + (needs + blame if apart else
+                                                f": it would take {one:.2f}; {off}." if one < float("inf")
                                                 else "."))
         return {"held": held,
                 "above": smaller.format("backward's", "forward's", parts) + implied,

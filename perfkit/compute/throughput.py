@@ -28,7 +28,7 @@ from torch import nn
 
 from perfkit import ceilings
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
+from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, model_over_counted, precision_dtype
 from perfkit.hw import MachineLimits, dtype_name
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
@@ -332,17 +332,20 @@ def sweep_beside_curve(sweep: Mapping[int, Any], curve: Any, other: int, floor: 
     return out
 
 
-def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: float, name: str) -> str:
+def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: float, name: str,
+                    flat_per_step: float) -> str:
     """A sentence, starting with a space, for a step whose *counted* FLOPs (``counted_per_step``:
     FlopCounterMode's, attention on its causal entries only) are held against a ceiling of
     counted FLOPs (``ceiling``, FLOP/s; ``name`` names it): where the step's *model* FLOP/s
     (``point.flops_per_step`` over its median step) print above that ceiling, it says so and by
-    what factor the model's count exceeds the counted one, so that no reader takes the ceiling
-    for a roof of model FLOPs. ``""`` where they do not.
+    what factor the model's count exceeds the counted one, split by computation
+    (:func:`perfkit.compute.flops.model_over_counted`; ``flat_per_step``: the ``6N`` FLOPs a step
+    charges the parameters that do no matmul), so that no reader takes the ceiling for a roof of
+    model FLOPs. ``""`` where they do not.
 
     Raises:
         TypeError, ValueError: for a ``point`` that is not a ThroughputPoint, figures that are
-            not finite numbers > 0, or an empty ``name``.
+            not finite numbers > 0 (``flat_per_step``: >= 0), or an empty ``name``.
     """
     check_type("point", point, ThroughputPoint)
     check_real("counted_per_step", counted_per_step, 0, lo_open=True)
@@ -352,10 +355,10 @@ def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: fl
     rate = point.flops_per_step / point.step.median_s  # model FLOP/s
     if float(f"{rate:.3g}") <= float(f"{ceiling:.3g}"):
         return ""
-    factor = point.flops_per_step / counted_per_step
     return (f" Its model FLOP/s, {si(rate, 'FLOP/s')}, lie above {name}, {si(ceiling, 'FLOP/s')}: the "
-            f"model's count (6N + 12·L·d·T a token) is {factor:.2f}x the FLOPs counted here (attention on "
-            "its causal entries only), so a ceiling of counted FLOPs is no roof for model FLOPs.")
+            f"model's count (6N + 12·L·d·T a token) is "
+            f"{model_over_counted(point.flops_per_step, counted_per_step, flat_per_step)}; so a ceiling of "
+            "counted FLOPs is no roof for model FLOPs.")
 
 
 def own_ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,

@@ -102,7 +102,7 @@ def near_edge(prediction: Prediction, measured: Estimate) -> str:
 def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: float) -> str:
     """The line printed, in place of a verdict, for a ratio of two loader runs that their length
     cannot settle (``why``: the design's reason, a sentence): the prediction, ``measured`` with
-    its interval, the interval's width against the predicted range's, where the point and the
+    its interval, the interval's width against the model's range, where the point and the
     whole interval lie against that range, and where ``mean_x`` (the ratio of the two runs'
     mean rates, the throughput each delivered) lies against the interval and the range, saying
     where it and the median block means lie on opposite sides of 1x. An interval wider than the
@@ -124,10 +124,10 @@ def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: f
     side = "below" if measured.value < lo else "above" if measured.value > hi else "inside"
     if measured.has_interval and measured.low < measured.high:
         width, band = measured.high - measured.low, hi - lo
-        text += (f" Here the interval is {width:.3g} wide, {width / band:.2g}x the predicted range "
+        text += (f" Here the interval is {width:.3g} wide, {width / band:.2g}x the model's range "
                  f"({si(lo, u)} to {si(hi, u)}, {band:.3g} wide)" + (
-                     ": an interval that wide cannot lie inside the range, so this run could not hold "
-                     "the prediction" if width > band else ": narrower than the range this time"))
+                     ": an interval that wide cannot lie inside the range, so this run could not have "
+                     "settled it" if width > band else ": narrower than the range this time"))
         out = "below" if measured.high < lo else "above" if measured.low > hi else ""
         text += (f"; its whole interval lies {out} the range, which a verdict would call a miss." if out else
                  f"; the point estimate lies {side} the range, and the interval reaches across "
@@ -139,7 +139,7 @@ def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: f
     mean_side = "below" if mean_x < lo else "above" if mean_x > hi else "inside"
     apart = (measured.value - 1) * (mean_x - 1) < 0  # the two statistics on opposite sides of 1x
     return (text + " The mean rates' ratio, each run's steady samples over its steady time, its slowest "
-            f"blocks included (the throughput each run delivered), lies {mean_side} the predicted range"
+            f"blocks included (the throughput each run delivered), lies {mean_side} the model's range"
             + ("; the median block means put the ratio on the other side of 1x, as a median leaves out the "
                "slowest and fastest blocks, which throughput counts." if apart else "."))
 

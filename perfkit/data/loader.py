@@ -314,28 +314,39 @@ def beyond_model(workers: int, record: LoaderRecord, predicted: PipelineRecord) 
             "handoff below is jitter.")
 
 
-def handoff_part(handoff_ms: float, unsplit_ms: float, stage: str = "loader") -> str:
+def handoff_part(handoff_ms: float, unsplit_ms: float, stage: str = "loader", timed_on: str = "") -> str:
     """A clause, starting with ``"; "``, on how much of a step's unsplit remainder (``unsplit_ms``,
     as printed, to one decimal; :attr:`PipelineExcess.unsplit_ms`) one handoff of ``handoff_ms``
     per step can be; ``""`` where nothing was left unsplit. ``stage`` is
     :attr:`PipelineExcess.stage`: loader-bound, the rest is the worker's time per batch in the
     loop beyond its time alone; compute-bound, the loop's own work; ``"either"``, either stage's.
+    ``timed_on`` names the batches the handoff was timed on where they are not the step's own
+    (``"2a's batches of 16 free samples"``): the clause then says the figure is theirs, since a
+    batch of another kind (other tensors, other sizes) may hand off in another time; ``""``: timed
+    on the step's own batches.
 
     Raises:
-        TypeError, ValueError: for a ``handoff_ms`` that is not a finite number >= 0 or a
-            ``stage`` other than ``"loader"``, ``"compute"`` and ``"either"``.
+        TypeError, ValueError: for a ``handoff_ms`` that is not a finite number >= 0, a
+            ``stage`` other than ``"loader"``, ``"compute"`` and ``"either"``, or a ``timed_on``
+            that is not a str.
     """
     check_real("handoff_ms", handoff_ms, 0)
     check_choice("stage", stage, ("loader", "compute", "either"))
+    if not isinstance(timed_on, str):
+        raise TypeError(f"timed_on must be a str naming the batches the handoff was timed on, "
+                        f"got {timed_on!r}")
     if round(unsplit_ms, 1) <= 0:
         return ""
     head = f"; section 1's 1-worker step left {unsplit_ms:+.1f} ms unsplit, "
+    one = ("one handoff per step this size" if not timed_on else
+           f"one handoff per step as timed on {timed_on} (not section 1's batches, whose handoff this "
+           "notebook does not time: a batch of another kind may take another time)")
     if round(handoff_ms, 2) >= round(unsplit_ms, 1):
-        return head + "which one handoff per step this size covers"
+        return head + f"which {one} covers"
     rest = {"loader": "is the worker taking longer per batch in the loop than alone, which this notebook "
                       "does not time apart",
             "compute": "is the loop's own work, which this notebook does not time",
             "either": "is either stage slower in the loop than alone, which this notebook does not split",
             }[stage]
-    return (head + f"of which one handoff per step this size is {handoff_ms:.2f} ms: the other "
+    return (head + f"of which {one} is {handoff_ms:.2f} ms: the other "
             f"{unsplit_ms - handoff_ms:.1f} ms {rest}")

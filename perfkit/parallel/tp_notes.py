@@ -145,14 +145,12 @@ def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Se
         return f"; the model's inputs were off, {', '.join(off)}: errors that can offset, so a match " \
             "does not confirm them" if off else ""
     said = [(" and ".join(xs), way) for xs, way in ((up, "higher"), (down, "lower")) if xs]
-    text = "".join(f" {x[0].upper()}{x[1:]} put the model's crossover {way} than this run's measurements "
-                   "would." for x, way in said)
+    text = "".join(f" {x[0].upper()}{x[1:]} put the model's crossover {way}." for x, way in said)
     if beyond and min(beyond) > 0:
-        text += (f" The split blocks ran {si(min(beyond), 's')} to {si(max(beyond), 's')} above their floor "
-                 "U / t + comm, time the model leaves out, which puts the measured crossing higher")
-        text += (": the two errors move the gap between prediction and measurement opposite ways, so the "
-                 "verdict shows how far they cancel at these widths, not that any input was right."
-                 if up and not down else ".")
+        text += (f" The split blocks' {si(min(beyond), 's')} to {si(max(beyond), 's')} above their floor "
+                 "U / t + comm, which the model leaves out, put the measured crossing higher")
+        text += (": errors that offset, so the verdict shows how far they cancel here, not that any input "
+                 "was right." if up and not down else ".")
     return text
 
 

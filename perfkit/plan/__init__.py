@@ -190,7 +190,7 @@ from perfkit.plan.step_time import (
     step_time,
     utilisation_words,
 )
-from perfkit.plan.windows import shared_window_text, window_on_difference
+from perfkit.plan.windows import faster_than_base, shared_window_text, window_on_difference
 
 __all__ = [
     "add_failure_arguments",
@@ -218,6 +218,7 @@ __all__ = [
     "failure_options",
     "failure_plan",
     "FailurePlan",
+    "faster_than_base",
     "fit_efficiency",
     "fit_rows",
     "fit_step_efficiency",

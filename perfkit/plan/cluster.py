@@ -28,6 +28,9 @@ __all__ = ["ASSUMED_LATENCY_S", "ATTENTION_EFFICIENCY", "GPU", "GPUS", "MEMORY_E
            "local_cluster", "named_cluster"]
 
 
+_GIB = 2**30
+
+
 @dataclass(frozen=True)
 class GPU:
     """One accelerator as its datasheet sells it (dense 16-bit Tensor Core FLOP/s, no sparsity)."""
@@ -38,12 +41,24 @@ class GPU:
     hbm_bytes_per_s: float  # bytes/s
     nvlink_bytes_per_s: float  # bytes/s, one direction (half the datasheet's both-ways figure)
     source: str
+    shown_bytes: float | None = None  # bytes nvidia-smi reports as the total, where below memory_bytes
 
     def __post_init__(self) -> None:
         check_type("name", self.name, str)
         check_type("source", self.source, str)
         for k in ("peak_flops", "memory_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s"):
             check_real(k, getattr(self, k), 0, lo_open=True)
+        if self.shown_bytes is not None:
+            check_real("shown_bytes", self.shown_bytes, 0, self.memory_bytes, lo_open=True)
+
+    def memory_words(self) -> str:
+        """``memory_bytes`` in GB and GiB, and where the driver shows less of it, how much:
+        ``"85.9 GB, 80 GiB, of which nvidia-smi shows 79.65 GiB (81,559 MiB)"``."""
+        out = f"{self.memory_bytes / 1e9:.1f} GB, {self.memory_bytes / _GIB:.4g} GiB"
+        if self.shown_bytes is None:
+            return out
+        return (out + f", of which nvidia-smi shows {self.shown_bytes / _GIB:.4g} GiB "
+                f"({self.shown_bytes / 2**20:,.0f} MiB)")
 
 
 _A100 = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): "
@@ -53,11 +68,10 @@ _H100 = ("NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFL
 # The memory sizes in these names are binary: an A100 80GB holds 80 GiB (nvidia-smi reports
 # 81,920 MiB), an A100 40GB 40 GiB, an H100 80GB 80 GiB (of which nvidia-smi shows 81,559 MiB,
 # some kept by the driver: inside the 10 % that Cluster.memory_share leaves), an H200 about 141 GiB.
-_GIB = 2**30
 GPUS: dict[str, GPU] = {
     "a100-40gb": GPU("A100 SXM4 40GB", 312e12, 40 * _GIB, 1.555e12, 300e9, _A100 + ", 40GB HBM2 1,555 GB/s"),
     "a100-80gb": GPU("A100 SXM4 80GB", 312e12, 80 * _GIB, 2.039e12, 300e9, _A100 + ", 80GB HBM2e 2,039 GB/s"),
-    "h100-sxm": GPU("H100 SXM5 80GB", 989e12, 80 * _GIB, 3.35e12, 450e9, _H100),
+    "h100-sxm": GPU("H100 SXM5 80GB", 989e12, 80 * _GIB, 3.35e12, 450e9, _H100, 81559 * 2**20),
     "h200": GPU("H200 SXM 141GB", 989e12, 141 * _GIB, 4.8e12, 450e9,
                 "NVIDIA H200 Tensor Core GPU datasheet: the H100's Tensor Cores (BF16 1,979 "
                 "TFLOPS with sparsity), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"),

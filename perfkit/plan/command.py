@@ -96,8 +96,8 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"seq {m.seq}{said('seq')}",
         f"cluster: {p.gpus} x {c.gpu.name} ({c.name}); matmul efficiency {c.efficiency:.2f}"
         f"{said('efficiency')}; {c.attention_words()}; usable memory {_gb(c.usable_memory)} GB per GPU "
-        f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB, {c.gpu.memory_bytes / 2**30:.4g} GiB: the "
-        f"rest for the driver's share, the CUDA context, communication buffers, fragmentation)",
+        f"({c.memory_share:.0%} of {c.gpu.memory_words()}: the rest for the driver's share, the CUDA "
+        "context, communication buffers, fragmentation)",
         f"links: start-up latency {c.intra.alpha_s * 1e6:.3g} us inside a node, "
         f"{c.inter.alpha_s * 1e6:.3g} us across nodes" + (f" ({c.note})" if c.note else ""),
         _overlap_line(c),
@@ -137,12 +137,12 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
         lines += [f"  {n:,} layout{'s' * (n != 1)}, e.g. {ex}" for n, _k, ex in _reasons(p.rejected)[:5]]
         return "\n".join(lines)
     lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'EFU':>6} "
-                 f"{'mem GB':>7} {'states':>7} {'acts':>6}  limiter")
+                 f"{'mem GB':>7} {'states':>7} {'acts':>6} {'buffers':>7}  limiter")
     for i, cand in enumerate(p.best[:top]):
-        t, mem = cand.time, cand.memory
+        t, gb = cand.time, cand.memory.table_gb()  # mem GB = states + acts + buffers, as printed
         lines.append(f"{i + 1:>2} {cand.layout.label():34} {t.total_s:9.4g} "
-                     f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {t.hfu:6.1%} {_gb(mem.total):>7} "
-                     f"{_gb(mem.model_states):>7} {_gb(mem.activations):>6}  {t.limiter}")
+                     f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {t.hfu:6.1%} {gb[0]:7.1f} "
+                     f"{gb[1]:7.1f} {gb[2]:6.1f} {gb[3]:7.1f}  {t.limiter}")
     lines += [LEGEND, FLOPS_NOTE, _ties_line(p)]
     best = p.best[0].time
     lines.append("best layout, seconds per term: " + ", ".join(

@@ -40,6 +40,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -74,6 +75,19 @@ class MemoryBreakdown:
     def total(self) -> float:
         """All of it."""
         return self.model_states + self.activations + self.buffers
+
+    def table_gb(self) -> tuple[float, float, float, float]:
+        """``(total, model states, activations, buffers)`` in GB at 0.1 GB, as a table prints them
+        so that the parts add up to the total as printed: each part rounded down to 0.1 GB, then
+        the tenths the total's rounding leaves over given to the parts with the largest
+        remainders (the largest-remainder rule), so no part moves by more than 0.1 GB and none
+        prints below 0."""
+        parts = (self.model_states, self.activations, self.buffers)
+        tenths = [math.floor(x / 1e8) for x in parts]
+        left = round(sum(parts) / 1e8) - sum(tenths)
+        for i in sorted(range(3), key=lambda i: parts[i] / 1e8 - tenths[i], reverse=True)[:left]:
+            tenths[i] += 1
+        return (sum(tenths) / 10, *(t / 10 for t in tenths))
 
     def as_dict(self) -> dict[str, float]:
         """``{kind: bytes}`` with the total."""

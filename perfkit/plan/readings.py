@@ -107,9 +107,9 @@ def pipeline_bias(rows: Mapping[str, tuple[float, Estimate, float, float]]) -> s
     rest = [e - a for e, a in over.values()]
     counts, k = {"above their prediction": side.count("above"), "below it": side.count("below"), "around it":
                  side.count(""), "with too few samples for an interval": side.count(None)}, len(rows)
-    head = (f"All {k} pipeline steps ran above their predictions, each interval clear of it, one bias beyond "
-            "this run's noise" if counts["above their prediction"] == k else f"Of {k} pipeline steps, "
-            + ", ".join(f"{c} {w}" for w, c in counts.items() if c))
+    head = (f"All {k} pipeline steps ran above their predictions, each interval clear of it: the model "
+            "errs one way, by more than this run's noise" if counts["above their prediction"] == k else
+            f"Of {k} pipeline steps, " + ", ".join(f"{c} {w}" for w, c in counts.items() if c))
     return (f"{head} ({each}). The stages sleep, and a sleep ends late, never early, while the model "
             "charges the sleep asked for, so its slots can only be short; the rest of each error, "
             f"{min(rest):+.1f} to {max(rest):+.1f} ms, lies outside the actions (the waits and sends "

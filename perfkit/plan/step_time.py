@@ -12,8 +12,11 @@ runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus th
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
 all-gather, the same bytes on a ring; on gloo a reduce-scatter is a whole all-reduce,
 ``Cluster.full_reduce_scatter``), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
-them, ``Cluster.zero2_per_block``), hides behind the last micro-batch's backward; ZeRO-3
-gathers weights twice and reduce-scatters gradients for every micro-batch, block by block.
+them, ``Cluster.zero2_per_block``), hides behind the last micro-batch's backward; ZeRO-2,
+whose ranks keep only their gradient shard, reduce-scatters every micro-batch's gradients
+(DeepSpeed's stage 2 and FSDP's ``SHARD_GRAD_OP`` under accumulation; ZeRO-1 keeps whole
+gradients and reduces them once); ZeRO-3 gathers weights twice and reduce-scatters gradients
+for every micro-batch, block by block.
 What of these collectives hides behind compute follows the framework
 (``cluster.dp_overlap``, :mod:`perfkit.plan.overlap`): chunk by chunk beside the last
 micro-batch's backward (reductions) and the first's forward (gathers; ZeRO-3: every
@@ -252,10 +255,15 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     if lay.zero == 0:  # DDP's all-reduce, bucket by bucket beside the backward
         dp = ar if cluster.ddp_after_backward or not rule.reduce else exposed_time(ar, hide, buckets)
     elif lay.zero == 2 and share is not None:  # stated outright: a share of the backward
-        dp = max(0.0, (rs_share + 0.5) * ar - share * hide)
+        # the last micro-batch's reduce-scatter and the all-gather, then each earlier one's
+        dp = (max(0.0, (rs_share + 0.5) * ar - share * hide)
+              + (m - 1) * max(0.0, rs_share * ar - share * hide))
     elif lay.zero in (1, 2):  # reduce-scatter beside the backward, all-gather beside the forward
         red, gat = rs_share * ar, 0.5 * ar
-        dp = ((exposed_time(red, hide, buckets) if rule.reduce else red)
+        # ZeRO-2 keeps only its gradient shard, so every micro-batch's backward reduce-scatters
+        # (ZeRO-1 accumulates whole gradients and reduces once, after the last)
+        reductions = m if lay.zero == 2 else 1
+        dp = (reductions * (exposed_time(red, hide, buckets) if rule.reduce else red)
               + (exposed_time(gat, fwd, buckets) if lay.zero in rule.gather_stages else gat))
     else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter
         units = int(layers) + 1  # the stage's blocks and its embedding or head

@@ -3,6 +3,8 @@
 * :func:`window_on_difference` puts a step ratio's tolerance window on the paired difference,
   so a verdict on the ratio and the difference's reading against its point prediction are read
   as the one question or the two they are.
+* :func:`faster_than_base` says whether a layout that ran faster than its base step at the
+  median did so beyond the run's noise, where the model predicts it slower.
 * :func:`shared_window_text` prints a prediction as context where its window also holds the
   figure the model gives without the term it names, and says where two verdicts share one
   predicted figure.
@@ -14,10 +16,10 @@ from collections.abc import Mapping
 
 from perfkit._checks import check_real, check_type
 from perfkit.estimate import Estimate
-from perfkit.units import si
+from perfkit.units import si, si_interval
 from perfkit.verdict import Prediction
 
-__all__ = ["shared_window_text", "window_on_difference"]
+__all__ = ["faster_than_base", "shared_window_text", "window_on_difference"]
 
 
 def _against(m: Estimate, lo: float, hi: float, unit: str) -> str:
@@ -97,3 +99,38 @@ def shared_window_text(name: str, predictions: Mapping[str, Prediction], measure
                  f"{'them' if len(same) > 1 else 'both'} one figure, so these verdicts test it once, on "
                  f"{len(same) + 1} runs, not {len(same) + 1} predictions.")
     return True, said.strip()
+
+
+def faster_than_base(name: str, gap_ms: Estimate, predicted_ms: float, base: str = "DDP") -> str:
+    """A sentence on a layout whose step ran faster than ``base``'s at the median of the rounds'
+    paired differences (``gap_ms``, the step minus the base step, ms, with its interval), against
+    the model's difference ``predicted_ms``: whether the interval resolves the speed-up (lies
+    clear below 0) or holds 0, so that the run does not tell the two steps apart. ``""`` where
+    the median difference is not below 0 (the layout ran no faster: the readings of the
+    difference against its prediction say all).
+
+    Raises:
+        TypeError, ValueError: ``name`` or ``base`` not a non-empty string, ``gap_ms`` not an
+            :class:`~perfkit.estimate.Estimate`, ``predicted_ms`` not finite.
+    """
+    for k, v in (("name", name), ("base", base)):
+        check_type(k, v, str)
+        if not v:
+            raise ValueError(f"{k} must be a non-empty string")
+    check_type("gap_ms", gap_ms, Estimate)
+    pr = check_real("predicted_ms", predicted_ms)
+    if gap_ms.value >= 0:
+        return ""
+    model = (f"the model predicts it {pr:.1f} ms slower" if pr > 0 else
+             f"the model predicts it {-pr:.1f} ms faster" if pr < 0 else "the model predicts no difference")
+    head = (f"{name} ran {-gap_ms.value:.1f} ms faster than {base} at the median paired difference, "
+            f"where {model}")
+    if not (gap_ms.has_interval and gap_ms.low < gap_ms.high):
+        return f"{head}; the median has no interval, so this run cannot say whether that is noise."
+    _, lo, hi = si_interval(gap_ms.value, gap_ms.low, gap_ms.high, " ms")  # as clear_of reads them
+    span = f"its {gap_ms.label} ({lo} to {hi})"
+    if gap_ms.clear_of(0.0, " ms") == "below":
+        return (f"{head}; {span} lies clear below 0: a speed-up beyond this run's noise"
+                + (", which no term of the model gives: unexplained by this run." if pr >= 0 else "."))
+    return (f"{head}; {span} holds 0, so this run does not tell {name}'s step from {base}'s: "
+            "there is no speed-up to explain, only a difference within the noise.")

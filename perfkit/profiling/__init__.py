@@ -31,7 +31,10 @@ from perfkit.profiling.capstone import (
 )
 from perfkit.profiling.capstone_explain import explain_round, phase_ms, window_gain
 from perfkit.profiling.capstone_text import (
+    CONTEXT_KINDS,
     Pick,
+    bound_class,
+    context_kinds_text,
     percent2,
     reads_pick,
     still_listed,
@@ -74,6 +77,9 @@ from perfkit.profiling.thresholds import Thresholds
 from perfkit.profiling.workload import measure_workload
 
 __all__ = [
+    "CONTEXT_KINDS",
+    "bound_class",
+    "context_kinds_text",
     "CapstoneJob",
     "FixLoop",
     "Pick",

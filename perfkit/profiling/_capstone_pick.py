@@ -4,8 +4,9 @@
 answers a finding above information level and is not used yet, and takes the one whose bound is
 largest: the gain the fix can remove, not the share of the finding that named it. The two differ
 where a finding's share holds time its fix does not remove: on a CPU the sync finding's share holds
-DDP's waits for its bucket all-reduces (communication, by the PyTorch profiler's and HTA's
-convention, booked as sync because it falls between two host reads), which the fix of the reads
+DDP's waits for its bucket all-reduces (communication: Holistic Trace Analysis, HTA, counts a
+collective kernel's whole time, its wait included, as communication; the diagnosis books it as sync
+only because it falls between two host reads), which the fix of the reads
 does not remove and the DDP fix does. Once no such fix is left, the compute fixes follow, in their
 listed order. :func:`~perfkit.profiling.capstone.next_fix` checks the arguments and calls it.
 
@@ -20,11 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from perfkit.profiling.capstone_text import (
-    MIN_TESTABLE_SHARE,
     SHARE_CAP,
+    TOO_TIGHT,
     Pick,
+    bound_class,
     loose_bound,
     percent2,
+    profiled_mean_ms,
     reads_pick,
     scaled_share,
     unprofiled_factor,
@@ -37,7 +40,8 @@ def waste_pick(f: Mapping, fix: str, report: Mapping, slowdown: float,
                fix_for_finding: Mapping[str, Sequence[str]]) -> Pick:
     """The bound of ``fix`` for the finding ``f`` of ``report`` (``slowdown``: the profiled over the
     unprofiled step), by the rules :func:`~perfkit.profiling.capstone.next_fix` states."""
-    slow, said = unprofiled_factor(slowdown)  # over an unprofiled step
+    step = profiled_mean_ms(report)  # ms: the step the shares are of
+    slow, said = unprofiled_factor(slowdown, step)  # over an unprofiled step
     if f["kind"] == fix == "sync":  # the reads, not the collective waited for between them
         return reads_pick(report, fix, slowdown)
     also = [k for k, fixes in fix_for_finding.items() if fix in fixes and k != f["kind"]
@@ -48,22 +52,25 @@ def waste_pick(f: Mapping, fix: str, report: Mapping, slowdown: float,
         data, (share, most) = share, scaled_share(share + comm, slow)
         return Pick("data", share, 1 / (1 - share),
                     f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
-                    f"communication {comm:.1%} of a profiled step, {said}: the profiler does not "
+                    f"communication {comm:.1%} of a profiled step, {(data + comm) * step:.1f} ms, {said}: "
+                    f"the profiler does not "
                     f"slow the data, and the collectives, which it may slow, take no longer without "
                     f"it, {most}), removed", fix, ("data", "communication"),
-                    loose_bound(share, data + comm, slow), void=(data + comm) * slow >= SHARE_CAP)
+                    loose_bound(share, data + comm, slow), void=(data + comm) * slow >= SHARE_CAP,
+                    context="" if bound_class(share) == TOO_TIGHT else bound_class(share))
     names = " + ".join([f["kind"], *also])
     profiled, (share, most) = share, scaled_share(share, slow)
-    tight = loose_bound(share, profiled, slow) if share >= MIN_TESTABLE_SHARE else (
+    kind = bound_class(share)
+    tight = loose_bound(share, profiled, slow) if kind != TOO_TIGHT else (
         f"the {f['kind']} finding fired on its count, not its time: a share of {profiled:.1%} of a "
         f"profiled step, at most {share:.1%} of an unprofiled one, bounds the gain at "
         f"{1 / (1 - share):.3g}x, closer to 1x than two runs of this job minutes apart repeat, so "
         "any measurement would cross it by noise alone")
     return Pick(f["kind"], share, 1 / (1 - share),
-                f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
-                f"the configuration the fix starts from), {said}: a phase takes no longer without "
-                f"the profiler than with it, {most}, removed", fix, (f["kind"], *also), tight,
-                void=profiled * slow >= SHARE_CAP)
+                f"Amdahl: the {names} share {profiled:.1%} of a profiled step, {profiled * step:.1f} ms (by "
+                f"the diagnosis of the configuration the fix starts from), {said}: a phase takes no longer "
+                f"without the profiler than with it, {most}, removed", fix, (f["kind"], *also), tight,
+                void=profiled * slow >= SHARE_CAP, context=kind)
 
 
 def _compute_pick(fix: str, report: Mapping, result: Mapping, job, peak: float) -> Pick:
@@ -82,17 +89,19 @@ def _compute_pick(fix: str, report: Mapping, result: Mapping, job, peak: float) 
         return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {shown} can rise to 100 %",
                     fix, (), f"MFU {shown} leaves about {room:.2g}x of room, while a larger batch "
                     "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
-                    "peak is not what limits it")
+                    "peak is not what limits it", context=bound_class(mfu, peak=True))
     compute = report["shares"]["forward"] + report["shares"]["backward"]
-    slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # as every waste fix's
+    step = profiled_mean_ms(report)  # ms: the step the shares are of
+    slow, said = unprofiled_factor(job.profiler_slowdown(report, result), step)  # as every waste fix's
     share, most = scaled_share(compute, slow)
     return Pick("compute", share, 1 / (1 - share),
-                f"Amdahl: forward + backward, {compute:.1%} of a profiled step, {said}: a phase takes "
+                f"Amdahl: forward + backward, {compute:.1%} of a profiled step, {compute * step:.1f} ms, "
+                f"{said}: a phase takes "
                 f"no longer without the profiler than with it, {most}, removed", fix,
                 ("forward", "backward"),
                 f"the bound counts all of forward and backward ({compute * slow:.1%} of an unprofiled "
                 f"step), of which --fix {fix} changes a part the diagnosis does not measure apart",
-                void=compute * slow >= SHARE_CAP)
+                void=compute * slow >= SHARE_CAP, context=bound_class(share, broader=True))
 
 
 def rank_picks(report: Mapping, result: Mapping, job, usable: Sequence[str],

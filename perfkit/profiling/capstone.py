@@ -31,7 +31,7 @@ from perfkit.hw import MachineLimits
 from perfkit.profiling._capstone_credit import credit
 from perfkit.profiling._capstone_pick import rank_picks
 from perfkit.profiling.capstone_explain import explain_round
-from perfkit.profiling.capstone_past import past_bound
+from perfkit.profiling.capstone_past import past_bound, past_part
 from perfkit.profiling.capstone_text import (
     MAX_TESTABLE_SHARE,  # noqa: F401 (named in next_fix's docstring)
     MIN_TESTABLE_SHARE,  # noqa: F401 (imported from here by callers)
@@ -123,10 +123,16 @@ class CapstoneJob:
         return result["tokens_per_step"] / statistics.median(steps or self.after_window(result))
 
     def profiler_slowdown(self, report: Mapping, result: Mapping) -> float:
-        """Median profiled step over the median unprofiled one (one statistic on both sides, so a
-        single slow step of a short window does not move it): how much the profiler (and any load
-        during the window) stretched the steps the shares were measured on."""
-        return statistics.median(report["step_times_s"]) / statistics.median(self.after_window(result))
+        """Mean profiled step over the mean unprofiled one: how much the profiler (and any load
+        during the window) stretched the steps the shares were measured on.
+
+        The mean, because a diagnosis' share is a phase's time over the window's *mean* step (its
+        time per step is a total over the window, never a median): one statistic for the phase, the
+        profiled step and the unprofiled step, so a share times this factor is exactly the phase's
+        milliseconds per profiled step over the unprofiled steps' mean. A median here would rescale
+        a mean-based share by a ratio of medians, and misstate the bound wherever a window's mean
+        and median part (one slow profiled step)."""
+        return statistics.mean(report["step_times_s"]) / statistics.mean(self.after_window(result))
 
     def mfu(self, result: Mapping, peak: float, tokens_per_s: float | None = None) -> float:
         """Model FLOPs (6N per token + attention; position embeddings are a lookup) per
@@ -235,8 +241,8 @@ class FixLoop:
     intervals; ``kept_tps`` each kept round's ``(fix, tokens/s before, tokens/s after)``; ``slow_runs``
     tokens/s of each run of the slow job in the rounds (the last, :meth:`finish`'s repeat, is added to the
     Total only); ``repeats``, the rounds' repeat runs (:attr:`Total.repeats`); ``factors`` each
-    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled steps' median
-    over its unprofiled steps' median; ``drifted``, the kept fixes whose round is ``Round.within_drift``;
+    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled steps' mean
+    over its unprofiled steps' mean; ``drifted``, the kept fixes whose round is ``Round.within_drift``;
     ``credited``, the kept fixes credited with a gain: the loop keeps a fix on its median alone, which keeps
     fixes on noise (a kept round is selected for reading high), so a kept fix is credited only where its
     interval lies above 1x or the parts its bound counts fell by more than the profiled steps' spread
@@ -316,8 +322,9 @@ class FixLoop:
                                 tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
                   befores_tps=tps, announced=announce is not None)
-        r.past = past_bound(pick, est.value, last["report"], report, tps, result["tokens_per_step"]
-                            / last["result"]["tokens_per_step"]) if pick.untested else ""
+        r.past = (past_bound(pick, est.value, last["report"], report, tps, result["tokens_per_step"]
+                             / last["result"]["tokens_per_step"])
+                  or past_part(pick, est, last["report"], report)) if pick.untested else ""
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})

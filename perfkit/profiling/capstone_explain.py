@@ -73,7 +73,8 @@ def _comm_rose(fix: str, before: Mapping, after: Mapping, rise_ms: float) -> str
     said = (f": the collectives' time under other work fell {ov_b:.1f} -> {ov_a:.1f} ms per profiled step, "
             f"collective time that was overlapped and now runs exposed{how}")
     if ov_b - ov_a >= rise_ms:
-        return said + f", as much as the {rise_ms:.1f} ms it rose."
+        return said + (f": that fall, {ov_b - ov_a:.1f} ms, covers the {rise_ms:.1f} ms communication rose "
+                       "by.")
     return said + (f", {(ov_b - ov_a) / rise_ms:.0%} of the {rise_ms:.1f} ms it rose; this run does not time "
                    "the rest.")
 
@@ -119,7 +120,7 @@ def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowd
                    if near else f"{'above' if g0 > window else 'below'} the window's gain by more than a "
                    "tenth: even against its own run, the window moved otherwise"))
     why = ("" if slowdown_after is None else
-           f": the profiled steps' median took {slowdown:.2f}x the unprofiled steps' median before the fix "
+           f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' mean before the fix "
            f"and {slowdown_after:.2f}x after it, " + (
                "within a tenth of each other, so the profiler weighed on the two about alike"
                + ("" if apart else ": the runs themselves moved otherwise than their windows") if alike else
@@ -143,7 +144,7 @@ def _crossed(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
         return (f"against {run} alone the fix measures {g0:.2f}x, within its {pick.bound:.3g}x: the other "
                 f"run before ({', '.join(f'{t:,.0f}' for t in befores_tps[1:])} tokens/s) moved the mean "
                 "across it: the runs before drifted, the fix did not remove more than its share"), False
-    step = statistics.median(before_report["step_times_s"]) * 1e3 / slowdown  # ms, the unprofiled median
+    step = statistics.mean(before_report["step_times_s"]) * 1e3 / slowdown  # ms, the unprofiled mean
     return (f"against {run} alone the fix measures {g0:.2f}x: it removed {step * (1 - 1 / g0):.1f} ms of "
             f"that run's {step:.1f} ms unprofiled step, more than the {pick.share * step:.1f} ms "
             f"({pick.share:.1%}) the bound allows, so either the bound's phases took longer without the "

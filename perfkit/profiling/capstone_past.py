@@ -1,6 +1,7 @@
 """What decided a capstone round's gain past a bound printed as context (module 08), computed
 from the two diagnoses around the fix and the runs before it (:func:`past_bound`, for
-:class:`perfkit.profiling.capstone.FixLoop`; not re-exported). Split from
+:class:`perfkit.profiling.capstone.FixLoop`; not re-exported), and, for the reads' fix, a gain past
+the bound of the reads alone that its context names (:func:`past_part`). Split from
 :mod:`perfkit.profiling.capstone_explain`, whose :func:`phase_ms` and :func:`window_gain` it reads.
 """
 
@@ -12,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone_explain import phase_ms, window_gain
 from perfkit.profiling.capstone_text import Pick
+from perfkit.stats import Estimate
 
-__all__: list[str] = []  # past_bound: capstone.FixLoop's, not re-exported
+__all__: list[str] = []  # past_bound, past_part: capstone.FixLoop's, not re-exported
 
 
 def _bound_part_ms(pick: Pick, report: Mapping) -> tuple[float, float]:
@@ -92,3 +94,32 @@ def past_bound(pick: Pick, gain: float, before_report: Mapping, after_report: Ma
                 ": what this round measured points to the drift between the runs before, not the fix, "
                 "as what carried it past." if drift else
                 (": this run does not tell what carried it past." if said else ".")))
+
+
+def past_part(pick: Pick, gain: Estimate, before_report: Mapping, after_report: Mapping | None = None) -> str:
+    """Where a measured ``gain`` passes ``pick.part_bound`` (the gain bound of the reads alone, which the
+    round's context names as what the fix targets) but not the whole bound: that it does, whether its
+    interval holds that edge, and how the rest of the bound's phases (communication) moved, computed;
+    ``""`` otherwise (no such edge, or a gain within it, or past the whole bound: :func:`past_bound`).
+
+    Raises:
+        TypeError: for a ``pick`` that is not a :class:`Pick` or a ``gain`` that is not an Estimate.
+    """
+    check_type("pick", pick, Pick)
+    check_type("gain", gain, Estimate)
+    edge = pick.part_bound
+    if edge is None or not edge < gain.value <= pick.bound:
+        return ""
+    d = 2 if f"{gain.value:.2f}" != f"{edge:.2f}" else 4  # decimals that show the two apart
+    held = gain.has_interval and gain.low <= edge
+    out = (f"The measured {gain.value:.{d}f}x lies past the {edge:.{d}f}x that removing the reads alone "
+           "allows" + (f" (its interval, down to {gain.low:.{d}f}x, holds that edge: noise alone can put it "
+                       "there)" if held else f" (its whole interval, from {gain.low:.{d}f}x, lies past it)"))
+    rest = [k for k in pick.phases if k != "sync"]
+    if after_report is None or not rest:
+        return out + ": this round does not say where the rest came from."
+    b, a = (sum(phase_ms(r).get(k, 0.0) for k in rest) for r in (before_report, after_report))
+    return (out + f": the rest of the bound, {' + '.join(rest)}, went {b:.1f} -> {a:.1f} ms per profiled "
+            + ("step, the part the fix can remove beside the reads (its own collectives), or drift between "
+               "the runs, carried it; this round does not separate the two." if a < b else
+               "step, no fall: the phases this round measured do not explain the gain past the reads' edge."))

@@ -23,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +31,8 @@ from perfkit._checks import check_real, check_type
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
-__all__ = ["Pick", "Round", "Total", "job_peak", "percent2", "reads_pick", "still_listed"]
+__all__ = ["CONTEXT_KINDS", "Pick", "Round", "Total", "bound_class", "context_kinds_text", "job_peak",
+           "percent2", "reads_pick", "still_listed"]
 
 # a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
 # apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
@@ -47,6 +49,43 @@ WIDENED_COVERS = ("of the steps' spread it covers at least what its label prints
                   "move")
 # a share of an unprofiled step is taken at most at this for the arithmetic of a bound (1 / (1 - s))
 SHARE_CAP = 0.99
+
+# why a bound cannot test its fix, one word each (bound_class): every text that names the reason uses these
+TOO_TIGHT = "too tight"  # a share under MIN_TESTABLE_SHARE: the bound lies within the runs' noise of 1x
+TOO_LOOSE = "too loose"  # a share at MAX_TESTABLE_SHARE or above: a bound of 10x or more, or none
+BROADER = "broader than the fix"  # it counts whole phases of which the fix changes a part not measured apart
+NOT_THE_LIMIT = "not what limits the fix"  # the peak, where a batch's own factor of tokens limits it more
+CONTEXT_KINDS = (TOO_TIGHT, TOO_LOOSE, BROADER, NOT_THE_LIMIT)
+
+
+def bound_class(share: float, broader: bool = False, peak: bool = False) -> str:
+    """The one rule that says whether a bound can test its fix: ``""`` where it can, else why not,
+    one of :data:`CONTEXT_KINDS`. ``share``: the share of an unprofiled step the bound takes the fix to
+    remove (for the reads' fix, the reads alone: the part it targets); ``broader``: the bound counts
+    whole phases of which the fix changes a part the diagnosis does not measure apart (the compute
+    fixes); ``peak``: the bound is the measured peak, not a larger batch's own factor of tokens.
+    Every round's context reason, its headline and the notebook's words take the class from here.
+
+    Raises:
+        ValueError: for a ``share`` that is not a finite number >= 0.
+        TypeError: for a ``broader`` or ``peak`` that is not a bool.
+    """
+    check_real("share", share, 0)
+    check_type("broader", broader, bool)
+    check_type("peak", peak, bool)
+    if peak:
+        return NOT_THE_LIMIT
+    if broader:
+        return BROADER
+    if share >= MAX_TESTABLE_SHARE:
+        return TOO_LOOSE
+    return TOO_TIGHT if share < MIN_TESTABLE_SHARE else ""
+
+
+def context_kinds_text() -> str:
+    """``"too tight, too loose, broader than the fix or not what limits the fix"``: the reasons a bound
+    can be shown as context, from :data:`CONTEXT_KINDS` (for a headline's key)."""
+    return ", ".join(CONTEXT_KINDS[:-1]) + f" or {CONTEXT_KINDS[-1]}"
 
 
 def scaled_share(profiled: float, slow: float) -> tuple[float, str]:
@@ -74,7 +113,7 @@ def loose_bound(share: float, profiled: float, slow: float) -> str:
     """Why a waste fix's bound (``share`` of an unprofiled step: a ``profiled`` share times ``slow``)
     cannot fail, at or above :data:`MAX_TESTABLE_SHARE`; ``""`` below it. Where the product reaches
     :data:`SHARE_CAP`, it says the bound is void rather than print the capped share."""
-    if share < MAX_TESTABLE_SHARE:
+    if bound_class(share) != TOO_LOOSE:
         return ""
     alone = f"{1 / (1 - profiled):.3g}x" if profiled < 1 else "no bound"
     if profiled * slow >= SHARE_CAP:
@@ -102,7 +141,10 @@ class Pick:
     bound can fail, else why it cannot test the fix (it is then printed as context), and
     ``by_tokens``: the bound is a larger batch's factor of tokens per step, not a share;
     ``void``: the scaled share reached :data:`SHARE_CAP` (:func:`scaled_share`), so the bound is
-    none, and ``bound`` only the arithmetic's stand-in."""
+    none, and ``bound`` only the arithmetic's stand-in; ``context``: :func:`bound_class`'s word for why
+    the bound cannot test the fix (empty where it can); ``part_bound``: for the reads' fix, the gain
+    bound of the reads alone (:func:`reads_pick`), which ``untested`` names and a measurement can pass
+    while staying within ``bound``."""
 
     kind: str
     share: float
@@ -113,6 +155,8 @@ class Pick:
     untested: str = ""
     by_tokens: bool = False
     void: bool = False
+    context: str = ""  # why the bound cannot test the fix, in one word (bound_class); "" where it can
+    part_bound: float | None = None  # the gain bound of the part the fix targets, where ``untested`` names it
 
 
 @dataclass
@@ -212,23 +256,34 @@ def percent2(share: float) -> str:
     return f"{p:.{decimals}f}%"
 
 
-def unprofiled_factor(slowdown: float) -> tuple[float, str]:
+def unprofiled_factor(slowdown: float, profiled_ms: float | None = None) -> tuple[float, str]:
     """The factor a share of a profiled step is multiplied by to bound the share of an unprofiled
-    step, ``max(1, slowdown)`` (``slowdown``: the profiled over the unprofiled step), and the
-    words that say it, computed: a ``slowdown`` above 1 mixes the profiler's cost with any load
-    that differed between the window and the runs; one below 1 is load, not the profiler.
+    step, ``max(1, slowdown)`` (``slowdown``: the profiled steps' mean over the unprofiled steps'
+    mean, :meth:`~perfkit.profiling.capstone.CapstoneJob.profiler_slowdown`), and the words that say
+    it, computed: a ``slowdown`` above 1 mixes the profiler's cost with any load that differed between
+    the window and the runs; one below 1 is load, not the profiler. With ``profiled_ms`` (the profiled
+    steps' mean, ms) the words print both means, so that a share times the profiled mean over the
+    unprofiled mean can be checked by hand.
 
     Raises:
-        TypeError, ValueError: for a ``slowdown`` that is not a finite number > 0.
+        TypeError, ValueError: for a ``slowdown`` or ``profiled_ms`` that is not a finite number > 0.
     """
     check_real("slowdown", slowdown, 0, lo_open=True)
+    if profiled_ms is not None:
+        check_real("profiled_ms", profiled_ms, 0, lo_open=True)
+    ms = "" if profiled_ms is None else f"{profiled_ms:.1f} over {profiled_ms / slowdown:.1f} ms; "
     if slowdown >= 1:
-        return slowdown, (f"times {slowdown:.2f}, the profiled steps' median over the unprofiled steps' "
-                          "median (the profiler's cost and any load that differed between the window and the "
-                          "runs, together)")
-    return 1.0, (f"times 1 (the profiled steps' median measured {slowdown:.2f}x the unprofiled steps' "
-                 "median: below 1, so load that differed between the window and the runs, not the profiler, "
+        return slowdown, (f"times {slowdown:.2f}, the profiled steps' mean over the unprofiled steps' mean "
+                          f"({ms}the mean, as the share's own step: the profiler's cost and any load that "
+                          "differed between the window and the runs, together)")
+    return 1.0, (f"times 1 (the profiled steps' mean measured {slowdown:.2f}x the unprofiled steps' mean, "
+                 f"{ms}below 1, so load that differed between the window and the runs, not the profiler, "
                  "set it; never taken below 1)")
+
+
+def profiled_mean_ms(report: Mapping) -> float:
+    """The profiled window's mean step (ms) of a diagnosis ``report``: the step its shares are of."""
+    return statistics.mean(report["step_times_s"]) * 1e3
 
 
 def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
@@ -256,16 +311,18 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
         raise ValueError("report must be a diagnosis report with shares")
     sync, comm = report["shares"].get("sync", 0.0), report["shares"].get("communication", 0.0)
     wait = min(report.get("sync_comm_share") or 0.0, sync)
-    slow, said = unprofiled_factor(slowdown)
+    slow, said = unprofiled_factor(slowdown, profiled_mean_ms(report))
     reads = sync - wait  # the reads and the loop between them
     share, most_words = scaled_share(reads + comm, slow)
     model = (f"Amdahl: the reads and the host loop between them (sync {sync:.1%}, less the {wait:.1%} "
              "that passed with a collective in flight, which the bound takes the fix to leave) "
              "+ communication "
              f"{comm:.1%} (the loop's own collectives among it, not measured apart) of a profiled step, "
+             f"{(reads + comm) * profiled_mean_ms(report):.1f} ms, "
              f"{said}: a phase takes no longer without the profiler than with it, {most_words}, removed")
     most = min(reads * slow, SHARE_CAP)  # the reads' share of an unprofiled step, by the rule of the bound
-    untested = loose_bound(share, reads + comm, slow) if most >= MIN_TESTABLE_SHARE else (
+    kind = bound_class(most) or bound_class(share)  # too tight by the reads alone, or too loose by the whole
+    untested = loose_bound(share, reads + comm, slow) if kind != TOO_TIGHT else (
         f"what the bound takes the fix to remove, the reads and the loop between them, is {reads:.1%} of a "
         "profiled "
         f"step, at most {most:.1%} of an unprofiled one (by the factor above), which bounds the gain from "
@@ -274,7 +331,8 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
         "the loop's own collectives, which the fix runs less often, beside the others, which it does not "
         "target: a part the diagnosis does not measure apart")
     return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested,
-                void=(reads + comm) * slow >= SHARE_CAP)
+                void=(reads + comm) * slow >= SHARE_CAP, context=kind,
+                part_bound=1 / (1 - most) if kind == TOO_TIGHT else None)
 
 
 def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], applied: Sequence[str],

@@ -3,8 +3,12 @@
 :class:`StepRecorder` is what ``python -m perfkit diagnose`` installs before it runs a
 script. It needs no change to the script: a step ends when an optimizer step ends
 (``optim_hooks.register_optimizer_step_post_hook``, which every ``torch.optim``
-optimizer calls, also under Hugging Face ``Trainer``, DeepSpeed engines and DDP), or when
-a named ``--step-marker`` function returns. Data wait is the time the script's thread spends
+optimizer calls, also under Hugging Face ``Trainer`` and DDP; a wrapping optimizer's nested
+call counts once), or when a named ``--step-marker`` function returns. A training step that
+calls ``step()`` several times in a row counts as several: DeepSpeed's ZeRO stages 1 and 2
+step the wrapped optimizer once per parameter group, ZeRO-3 once per sub-group, and a loop
+with several optimizers steps each; such scripts need ``--step-marker`` naming a module-level
+function that runs once per training step. Data wait is the time the script's thread spends
 in DataLoader iterators' ``__next__`` (one iterated by another thread, as a prefetcher's,
 is marked in the trace as loading off the main thread). After ``skip`` steps it starts
 ``torch.profiler`` for ``steps`` steps and writes ``phase:`` and ``ProfilerStep#`` markers

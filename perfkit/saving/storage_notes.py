@@ -23,10 +23,8 @@ def plain_write_note(rates: StorageRates, fast: str, disk: str) -> str:
     """The plain write into ``fast`` (the claim's fast storage, tmpfs) against ``disk``: their
     rates' ratio, and whether their intervals lie apart."""
     a, b = rates.rate(fast, False), rates.rate(disk, False)
-    apart = ("with intervals apart. Each write went to a fresh file, deleted after it, on both, so "
-             "neither rewrote pages it already held; among what is left to differ is how each allocates "
-             "and accounts a fresh page (tmpfs's shared-memory pages, the disk's page cache with delayed "
-             "block allocation): which step costs the difference, this run does not time")
+    apart = ("with intervals apart. Every write went to a fresh file, so what differs is how each "
+             "allocates a fresh page (tmpfs's shared memory, the page cache), which this run does not time")
     return (f"Without fsync tmpfs wrote {a.value / b.value:.2g}x the disk's rate: both end in memory, "
             + (f"yet the {'disk' if a.value < b.value else 'tmpfs'} took the plain write faster, " + apart
                if plain_apart(rates, fast, disk) else

@@ -5,10 +5,14 @@ DCP's ``.metadata``). Only when every file is there does the coordinator (rank 0
 ``manifest.json`` (each file's size and sha256, the world size, the step, a description of
 the layout), fsync the files and the directory, and ``os.rename`` the directory to
 ``step_000000010``: one rename, atomic on a POSIX filesystem, so a save killed at any
-moment leaves either the whole checkpoint or a ``.partial`` that nothing loads. Then the
-``latest`` file is replaced (written to a temporary name, fsynced, renamed) and all but the
-last ``keep`` checkpoints are deleted. ``latest`` therefore never names a partial save; a
-crash between the rename and the update leaves ``latest`` on the previous complete one.
+moment leaves either the whole checkpoint or a ``.partial`` that nothing loads. A rename is
+atomic against a killed process; to survive a power loss as well, the new name must reach the
+disk, so the parent directory is fsynced after the rename, before ``latest`` moves. Then the
+``latest`` file is replaced (written to a temporary name, fsynced, renamed, the directory
+fsynced again) and all but the last ``keep`` checkpoints are deleted. ``latest`` therefore
+never names a partial save, after a kill or a power loss; a crash between the rename and the
+update leaves ``latest`` on the previous complete one. (A platform that cannot open a
+directory, Windows, skips the directory fsyncs: there the rename is atomic, not durable.)
 
 This follows CheckFreq (Mohan et al., FAST 2021) and torchtitan's checkpointer: a
 checkpoint counts only once it is complete and verified. The rank files must land on a
@@ -102,7 +106,10 @@ def partial_dir(root: str | os.PathLike, step: int) -> Path:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    # a rename is durable only once the directory holding the name is on disk
+    if not hasattr(os, "O_DIRECTORY"):  # Windows: a directory cannot be opened to fsync it
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -172,6 +179,7 @@ def commit(partial: str | os.PathLike, step: int, world_size: int, layout: Any =
     if final.exists():  # a save of this step that a crash left uncommitted in `latest`
         shutil.rmtree(final)
     os.rename(partial, final)
+    _fsync_dir(partial.parent)  # the new name is on disk before `latest` names it
     _write_atomic(partial.parent / LATEST, final.name + "\n")
     _fsync_dir(partial.parent)
     return final

@@ -31,15 +31,14 @@ from perfkit.viz.claims import (
 )
 from perfkit.viz.comm import (
     collectives_widget,
-    compression_widget,
     plot_buckets_accumulation,
     plot_collectives,
     plot_compression_tradeoff,
-    plot_convergence,
     plot_data_parallel,
     plot_kernel_shares,
     plot_method_comparison,
 )
+from perfkit.viz.compress import compression_widget, plot_seed_curves
 from perfkit.viz.compute import (
     compute_widget,
     plot_attention_sweep,
@@ -151,7 +150,7 @@ __all__ = [
     "plot_collectives",
     "plot_compression_tradeoff",
     "plot_kernel_shares",
-    "plot_convergence",
+    "plot_seed_curves",
     "plot_data_parallel",
     "plot_method_comparison",
     "plot_memory_split",

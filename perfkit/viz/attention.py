@@ -101,8 +101,9 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
                     fitted_lens: Sequence[int] | None = None) -> Figure:
     """Forward + backward seconds of the tiled attention against the tile size, one colour per
     length: the measured medians as points, ``model``'s prediction as a line through them,
-    solid at the lengths in ``fitted_lens`` (those the model was fitted on) and dashed at the
-    others, where it predicts (``None``: every line solid). The untiled implementations in
+    solid at the lengths in ``fitted_lens`` (those the model was fitted on, all in one fit, which
+    the legend names) and dashed at the others, where it predicts (``None``: every line solid,
+    the legend saying one fit over every length drawn). The untiled implementations in
     ``points`` (eager, SDPA) stand to the right of the tiles, one column each, in the same
     colours, so that one figure holds every median the notebook prints.
 
@@ -132,12 +133,13 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
         ax.plot([], [], "x" if name == "eager" else "s", color="grey", ls="none",
                 label=("eager" if name == "eager" else "SDPA") + ", measured (right of the line)")
     if model is not None:   # one legend entry per line style, in grey: the colours are the lengths'
-        ax.plot([], [], "-", color="grey", label="model, fitted on this length")
+        over = "every length drawn" if fitted is None else "T = " + ", ".join(map(str, sorted(fitted)))
+        ax.plot([], [], "-", color="grey", label=f"model: one fit over {over}")
         if fitted is not None and {p.seq_len for p in flash} - fitted:
-            ax.plot([], [], "--", color="grey", label="model, predicted (not fitted on it)")
+            ax.plot([], [], "--", color="grey", label="model, predicted (a length outside the fit)")
     if column:
         ax.axvline(tiles[-1] * 2 ** 0.5, color="grey", ls=":", lw=0.8)   # tiles left, untiled right
-    ax.set(xscale="log", yscale="log", ylabel="forward + backward",
+    ax.set(xscale="log", yscale="log", ylabel="forward + backward time (median)",
            xlabel="tile size (queries and keys per tile)"
            + ("; right of the line: untiled" if column else ""),
            title="measured medians" + ((", lines: the tile model" + (

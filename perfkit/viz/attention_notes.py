@@ -19,9 +19,14 @@ from perfkit._checks import check_items, check_real, check_type
 from perfkit.compute.attention_cost import CONTROL, CONTROL_SIZE, AttentionTiming, TileCostModel
 from perfkit.estimate import Estimate
 from perfkit.stats import median_interval
-from perfkit.units import si, si_interval
+from perfkit.units import si, si_beside
 
-__all__ = ["rate_note", "rounds_note", "row_flag", "row_note"]
+__all__ = ["CONTROL_OUTLIER", "rate_note", "rounds_note", "row_flag", "row_note"]
+
+CONTROL_OUTLIER = 2.0
+"""A control round that took more than this many times its length's median is named: with a few
+rounds per length it can set an interval's end by itself, and so make two lengths' intervals
+overlap that the other rounds would keep apart."""
 
 
 def rate_note(points: Sequence[AttentionTiming], model: TileCostModel, fitted: bool = False) -> str:
@@ -102,7 +107,8 @@ def _control_move(pts: Sequence[AttentionTiming]) -> tuple[int, int, float, str,
     """The control's change in median time over the two longest lengths: ``(a, b, change, state,
     intervals)``, ``state`` ``"apart"`` where its median intervals at the two lengths do not
     overlap, ``"overlap"`` where they do, ``"few"`` where either has too few rounds for one;
-    ``intervals`` prints both. None without the control at both lengths."""
+    ``intervals`` prints both in one unit, the prefix and decimals of the one with the smaller
+    median. None without the control at both lengths."""
     lens = sorted({p.seq_len for p in pts})[-2:]
     ctl = {p.seq_len: median_interval(p.times_s) for p in pts if p.impl == CONTROL}
     if len(lens) < 2 or not all(t in ctl for t in lens):
@@ -111,9 +117,32 @@ def _control_move(pts: Sequence[AttentionTiming]) -> tuple[int, int, float, str,
     if not (ea.has_interval and eb.has_interval):
         return lens[0], lens[1], eb.value / ea.value - 1, "few", ""
     apart = ea.high < eb.low or eb.high < ea.low
-    shown = " and ".join(f"{lo} to {hi}" for e in (ea, eb)
-                         for _, lo, hi in [si_interval(e.value, e.low, e.high, "s")])
+    ref = min(ea, eb, key=lambda e: e.value)
+    shown = " and ".join(" to ".join(si_beside(x, ref.value, ref.low, ref.high, "s") for x in (e.low, e.high))
+                         for e in (ea, eb))
     return lens[0], lens[1], eb.value / ea.value - 1, "apart" if apart else "overlap", shown
+
+
+def _control_outliers(pts: Sequence[AttentionTiming], lens: Sequence[int]) -> tuple[str, bool]:
+    """``(clause, sets_end)``: a clause naming each control round at ``lens`` that took over
+    :data:`CONTROL_OUTLIER` times its length's median, in the unit :func:`_control_move` prints
+    the intervals in, and whether it is that interval's high end (``sets_end`` where one is);
+    ``""`` where none did."""
+    ctl = [(p.seq_len, p.times_s, median_interval(p.times_s))
+           for p in pts if p.impl == CONTROL and p.seq_len in lens]
+    if not ctl:
+        return "", False
+    ref = min((e for _, _, e in ctl), key=lambda e: e.value)
+    said, sets_end = [], False
+    for n, times, e in ctl:
+        slowest = max(times)
+        if slowest > CONTROL_OUTLIER * e.value:
+            ends = e.has_interval and e.high >= slowest
+            sets_end = sets_end or ends
+            shown = si_beside(slowest, ref.value, ref.low, ref.high, "s")   # in the intervals' unit
+            said.append(f"one control round at T = {n}, {shown}, took {slowest / e.value:.1f}x that length's "
+                        "median" + (" and sets its interval's high end by itself" if ends else ""))
+    return ("; " + " and ".join(said) if said else ""), sets_end
 
 
 def row_flag(points: Sequence[AttentionTiming]) -> str:
@@ -143,8 +172,10 @@ def row_note(points: Sequence[AttentionTiming], impl: str, tile: int = 0, miss: 
     and this run does not separate the column's own change from it; with ``miss`` (the column's
     miss at the longest length) and ``band``, also that miss were the control's change every
     call's. Where they overlap, the control does not show the machine's speed moving; with too
-    few rounds for intervals, this run cannot say. Starts with a space; ``""`` without the
-    control and the column at both lengths.
+    few rounds for intervals, this run cannot say. Both intervals print in one unit, and a control
+    round over :data:`CONTROL_OUTLIER` times its length's median is named, with whether it sets
+    its interval's end (then the overlap may be that round's, not a steady machine's). Starts
+    with a space; ``""`` without the control and the column at both lengths.
 
     Raises:
         TypeError: for points that are not :class:`AttentionTiming`.
@@ -164,11 +195,14 @@ def row_note(points: Sequence[AttentionTiming], impl: str, tile: int = 0, miss: 
     if state == "few":
         return text + (": too few rounds for an interval, so this run cannot say whether the machine's "
                        "speed moved.")
+    odd, sets_end = _control_outliers(pts, (a, b))
     if state == "overlap":
-        return text + (f", its intervals at the two lengths overlapping ({shown}): the control does not show "
-                       "the machine's speed moving between them.")
-    text += (f", its intervals at the two lengths apart ({shown}): the machine's speed moved, which no model "
-             f"here holds, so this run does not separate {name} own change from the machine's")
+        return text + (f", its intervals at the two lengths overlapping ({shown}){odd}: the control does not "
+                       "show the machine's speed moving between them"
+                       + (", though that round, not a steady machine, may be what keeps the intervals from "
+                          "lying apart." if sets_end else "."))
+    text += (f", its intervals at the two lengths apart ({shown}){odd}: the machine's speed moved, which no "
+             f"model here holds, so this run does not separate {name} own change from the machine's")
     if miss is None or band is None:
         return text + (f"; were the control's change every call's, {name} own would be "
                        f"{(1 + own) / (1 + ctl) - 1:+.0%}.")

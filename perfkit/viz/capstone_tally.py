@@ -35,10 +35,10 @@ def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
     missed (all inconclusive, or none judged), the text ends by saying this run did not test it,
     whatever the rounds judged against other bounds showed.
 
-    ``factors``: each diagnosed configuration's profiled steps' median over its unprofiled steps'
-    median, in the order run, a dropped fix's configuration included (the factor the shares were
+    ``factors``: each diagnosed configuration's profiled steps' mean over its unprofiled steps'
+    mean, in the order run, a dropped fix's configuration included (the factor the shares were
     scaled by, taken as 1 where below 1): with it, the text also counts the rounds shown as
-    context, not judged (``outcomes`` ``"context, slower"``: an interval wholly below 1x, said as
+    context, not judged (``outcomes`` ``"context (...), slower"``: an interval wholly below 1x, said as
     such), and says, computed, how far the factor moved, which values fell below 1, and what that
     means for bounds built by scaling shares with it.
 
@@ -74,7 +74,7 @@ def _factors_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str], fac
     ctx = [f for f in outcomes if f not in judged_by]
     out = (f"; {len(ctx)} of the {len(outcomes)} rounds shown as context, not judged ({', '.join(ctx)})"
            if ctx else "")
-    slower = [f for f in ctx if outcomes[f] == "context, slower"]
+    slower = [f for f in ctx if outcomes[f].startswith("context") and ", slower" in outcomes[f]]
     if slower:  # a context round's interval wholly below 1x: what the slowdown rule calls missed
         out += (f"; of them, {', '.join(slower)} measured an interval wholly below 1x: slower beyond its "
                 "interval, which the rule for a slowdown calls missed, but its bound could not test the fix, "
@@ -97,23 +97,26 @@ def _factors_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str], fac
 
 
 def context_outcome(r: Round) -> str:
-    """A round shown as context, for the headlines: ``"context, faster"`` (its interval above 1x;
+    """A round shown as context, for the headlines, with why its bound cannot test the fix
+    (``r.pick.context``, :func:`~perfkit.profiling.capstone_text.bound_class`): ``"context (too tight),
+    faster"`` (its interval above 1x;
     with ``", within the runs' drift"`` where its runs before lay at least as far apart as its gain
     lies from 1x, :attr:`~perfkit.profiling.capstone_text.Round.within_drift`), ``"context, slower"``
-    (wholly below 1x) or ``"context, interval holds 1x"``.
+    (wholly below 1x) or ``"context (...), interval holds 1x"``.
 
     Raises:
         TypeError: for ``r`` that is not a Round.
     """
     check_type("r", r, Round)
     side = r.speedup.clear_of(1.0, "x")
-    return ("context, " + {"above": "faster", "below": "slower"}.get(side, "interval holds 1x")
+    return ("context" + (f" ({r.pick.context})" if r.pick.context else "") + ", "
+            + {"above": "faster", "below": "slower"}.get(side, "interval holds 1x")
             + (f", within the runs' drift ({r.runs_apart:.2f}x apart)" if side == "above" and r.within_drift
                else ""))
 
 
 def round_context(r: Round) -> str:
-    """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
+    """The Markdown line of a round whose bound cannot test its fix (``r.pick.context`` says why)
     (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
     test the fix, whether the speedup's interval lies above 1x, what decided a speedup past the
     bound (``r.past``), and what the round measured
@@ -140,7 +143,9 @@ def round_context(r: Round) -> str:
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
             + ("no finite bound" if r.pick.void else f"at most {r.pick.bound:.3g}x") + f". **Measured:** "
-            f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
+            f"{s.text('x')}. The bound cannot test the fix"
+            + (f", {r.pick.context}" if r.pick.context else "")
+            + f": {r.pick.untested}. As for the gain, {gain}."
             + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
                                                   if r.explain.get("inconclusive") else ""))
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit._checks import check_type
+from perfkit._checks import check_real, check_type
 from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, judge
@@ -98,7 +98,8 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict], weighed: Mapping[str
                       by: str = "") -> None:
     """Display the summary table: claim, typical statement, measured here, verdict; with
     ``weighed`` (name -> the status a timed verdict gets weighed by another error), a last column
-    headed ``by`` with it ("not timed" for the rows it does not name).
+    headed ``by`` with it, for the rows it does not name "not timed" (a figure that is no timing) or
+    "not judged" (a timing whose verdict does not judge it, as an A/A control standing in for a claim).
 
     Raises:
         TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts, or a
@@ -109,7 +110,8 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict], weighed: Mapping[str
     if weighed is not None and (not isinstance(weighed, Mapping) or not isinstance(by, str) or not by):
         raise ValueError("weighed must map claim names to statuses, with by naming the column")
     rows = claims_table_rows(verdicts)
-    extra = [] if weighed is None else [weighed.get(r[0], "not timed") for r in rows]
+    extra = [] if weighed is None else [weighed.get(r[0], "not judged" if verdicts[r[0]].claim.timed
+                                                    else "not timed") for r in rows]
     head = "".join(f"<th>{h}</th>" for h in ("claim", "typical statement", "measured here", "verdict",
                                              *([by] if extra else [])))
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r[:3])
@@ -120,23 +122,41 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict], weighed: Mapping[str
     display({"text/html": f"<table><tr>{head}</tr>{body}</table>", "text/plain": text}, raw=True)
 
 
-def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
+def claims_headlines(verdicts: Mapping[str, ClaimVerdict],
+                     reweighed: Mapping[str, tuple[str, str]] | None = None,
+                     error: float | None = None) -> dict[str, str]:
     """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; a verdict that
     does not hold because its interval lies wholly outside the promise, though undecided on the
     no-effect value (``refuted``), says that its side of no effect is undecided, one whose
     edge was decided by a margin finer than the A/A control measures (``thin``) says so, and a
     verdict whose figure has no bearing on the advice (``judged=False``) says so beside the figure.
 
+    ``reweighed`` (name -> ``(status, status weighed by error)``,
+    :func:`~perfkit.viz.claims_text.reweighed_statuses`) with ``error`` (the larger estimate of the
+    design's error it was weighed by): where the two statuses differ, the headline states the one
+    weighed by ``error``, the more cautious, and names the other beside it.
+
     Raises:
-        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
+        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts, or a
+            ``reweighed`` without an ``error`` that is a finite number >= 0.
     """
     _check(verdicts)
+    if reweighed is not None:
+        check_type("reweighed", reweighed, Mapping)
+        check_real("error", error, 0)
+    changed = {n: s for n, s in (reweighed or {}).items() if s[0] != s[1]}
     refuted = ", whatever its side of no effect, which this run cannot tell"
     thin = ", by a margin under a tenth of the A/A control's reach"
-    return {name: f"{v.status}{refuted if v.refuted else ''}{thin if v.thin else ''} ("
-            + ("" if v.judged else "not judged: its figure, ") + v.measured_text
-            + ("" if v.judged else ", says nothing about the advice here") + ")"
-            for name, v in verdicts.items()}
+    out = {}
+    for name, v in verdicts.items():
+        if name in changed:
+            head = (f"{changed[name][1]} weighed by {error:.1%}, the largest reading of identical work "
+                    f"({changed[name][0]} by the A/A control's reach alone)")
+        else:
+            head = f"{v.status}{refuted if v.refuted else ''}{thin if v.thin else ''}"
+        out[name] = (f"{head} (" + ("" if v.judged else "not judged: its figure, ") + v.measured_text
+                     + ("" if v.judged else ", says nothing about the advice here") + ")")
+    return out
 
 
 def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:

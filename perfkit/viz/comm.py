@@ -1,5 +1,9 @@
 """Plots and widgets for communication: collectives, data parallelism, compression.
 
+The collectives' plot and the ring widget live in :mod:`perfkit.viz.comm_collectives` and are
+re-exported here, beside data parallelism's and compression's plots (its widget and seed
+curves: :mod:`perfkit.viz.compress`).
+
 Every function consumes records that ``perfkit.comm``, the ``perfkit.jobs`` modules,
 ``perfkit.compress`` and ``perfkit.compress.simulate`` return; the widgets are
 :class:`~perfkit.viz.core.WidgetSpec` over pure functions that tests call at every
@@ -19,131 +23,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
-import torch
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from perfkit import compress
-from perfkit.comm import AlphaBeta, CollectivePoint, ring_allreduce_time
-from perfkit.compress import simulate_dp_training
 from perfkit.stats import Estimate
-from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
+from perfkit.viz.comm_collectives import collectives_widget, plot_collectives
+from perfkit.viz.core import tidy
 
 __all__ = [
     "collectives_widget",
-    "compression_widget",
     "plot_buckets_accumulation",
     "plot_collectives",
     "plot_compression_tradeoff",
-    "plot_convergence",
     "plot_data_parallel",
     "plot_kernel_shares",
     "plot_method_comparison",
 ]
-
-
-def _points_by_op(points: Sequence[CollectivePoint]) -> dict[str, list[CollectivePoint]]:
-    if not points:
-        raise ValueError("points is empty: run a sweep first")
-    by: dict[str, list[CollectivePoint]] = {}
-    for p in sorted(points, key=lambda p: p.nbytes):
-        by.setdefault(p.op, []).append(p)
-    return by
-
-
-def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, AlphaBeta] | None = None,
-                     copy_bytes_per_s: float | None = None,
-                     copy_label: str = "one copy at the DRAM ceiling") -> Figure:
-    """Time (left) and busbw (right) against message size, one line per op.
-
-    Args:
-        points: a sweep from :func:`perfkit.comm.sweep`.
-        fits: op -> fitted :class:`AlphaBeta`, drawn dashed on the time panel.
-        copy_bytes_per_s: a copy's rate (bytes read + written per second, as :mod:`perfkit.hw`
-            counts it; :func:`perfkit.ceilings.dram_copy`); drawn as the rate of copying a buffer
-            once, ``copy_bytes_per_s / 2``, the reference a shared-memory transport can reach.
-        copy_label: what that rate is, for the legend.
-    """
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
-    for op, pts in _points_by_op(points).items():
-        xs = [p.nbytes for p in pts]
-        line, = ax_t.plot(xs, [p.time_s * 1e6 for p in pts], "o-", label=op)
-        ax_b.plot(xs, [p.busbw / 1e9 for p in pts], "o-", label=op, color=line.get_color())
-        if fits and op in fits:
-            ax_t.plot(xs, [fits[op].predict(x) * 1e6 for x in xs], "--", color=line.get_color(),
-                      alpha=0.6)
-    if copy_bytes_per_s:
-        ax_b.axhline(copy_bytes_per_s / 2 / 1e9, color="k", ls=":",
-                     label=f"{copy_label}: {si(copy_bytes_per_s / 2, 'B/s')}")
-    world = points[0].world_size
-    for ax, ylabel in ((ax_t, "time (µs)"), (ax_b, "busbw (GB/s)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    # both span decades: latency-bound sizes reach kB/s, large ones GB/s
-    ax_t.set_yscale("log")
-    ax_b.set_yscale("log")
-    ax_t.set_title(f"{world} ranks: time (dashed: alpha-beta fit)")
-    ax_b.set_title("bus bandwidth (nccl-tests definition)")
-    fig.tight_layout()
-    return tidy(fig)
-
-
-def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: AlphaBeta
-                       ) -> WidgetSpec:
-    """Message size and world size sliders: ring all-reduce time predicted vs measured.
-
-    The prediction scales a 2-rank fit to ``n`` ranks with the ring model
-    (:func:`perfkit.comm.ring_allreduce_time`); a 2-rank ring is two steps of half the
-    buffer, so one link step has latency ``fit2.alpha_s / 2`` and bandwidth
-    ``fit2.bandwidth``.
-
-    Args:
-        measured: world size -> all-reduce points measured at that size.
-        fit2: the alpha-beta fit of the 2-rank all-reduce.
-    """
-    if not measured:
-        raise ValueError("measured is empty: need at least the 2-rank sweep")
-    link = AlphaBeta(fit2.alpha_s / 2, fit2.bandwidth)
-    by_world = {w: sorted((p for p in pts if p.op == "all_reduce"), key=lambda p: p.nbytes)
-                for w, pts in measured.items()}
-    sizes = [p.nbytes for pts in by_world.values() for p in pts]
-    lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
-
-    def fn(nbytes: float, world_size: int) -> Figure:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        xs = [2 ** (lo + (hi - lo) * i / 60) for i in range(61)]
-        ax.plot(xs, [ring_allreduce_time(x, world_size, link) * 1e6 for x in xs], "--",
-                label=f"ring model, {world_size} ranks")
-        pred = ring_allreduce_time(nbytes, world_size, link)
-        ax.plot([nbytes], [pred * 1e6], "s", color="C0", label=f"model at {si(nbytes, 'B')}")
-        note = "not measured at this world size"
-        pts = by_world.get(world_size)
-        if pts:
-            ax.plot([p.nbytes for p in pts], [p.time_s * 1e6 for p in pts], "o-", color="C1",
-                    label=f"measured, {world_size} ranks")
-            near = min(pts, key=lambda p: abs(math.log2(p.nbytes) - math.log2(nbytes)))
-            there = ring_allreduce_time(near.nbytes, world_size, link)  # s: the model at the measured size
-            note = (f"measured {si(near.time_s, 's')} at {si(near.nbytes, 'B')}"
-                    + (f" (model there: {si(there, 's')})" if near.nbytes != round(nbytes) else ""))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("all-reduce time (µs)")
-        ax.set_title(f"{si(nbytes, 'B')}, {world_size} ranks: ring model {si(pred, 's')}\n{note}",
-                     fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return tidy(fig)
-
-    start = 2 ** round((lo + hi) / 2)
-    return WidgetSpec(fn, {"nbytes": LogControl(lo, hi, start, base=2, step=0.5,
-                                                description="message bytes"),
-                           "world_size": IntControl(2, 16, 2, description="ranks")},
-                      title="Ring all-reduce: alpha-beta prediction vs measurement")
 
 
 def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
@@ -276,39 +171,6 @@ def plot_kernel_shares(predicted: Mapping[str, float | tuple[float, float]], mea
     return tidy(fig)
 
 
-def _smooth(xs: Sequence[float], w: int) -> list[float]:
-    out, acc = [], 0.0
-    for i, x in enumerate(xs):
-        acc += x - (xs[i - w] if i >= w else 0.0)
-        out.append(acc / min(i + 1, w))
-    return out
-
-
-def plot_convergence(curves: Mapping[str, Sequence[float]], smooth: int = 1, ax: Any = None,
-                     title: str = "training loss") -> Figure:
-    """Loss curves, one per method, optionally smoothed by a running mean of ``smooth``."""
-    if not curves:
-        raise ValueError("curves is empty")
-    if smooth < 1:
-        raise ValueError(f"smooth must be >= 1, got {smooth}")
-    own = ax is None
-    fig, ax = plt.subplots(figsize=(7, 4)) if own else (ax.figure, ax)
-    for name, ys in curves.items():
-        ax.plot(_smooth(list(ys), smooth), label=name)
-    ax.set_yscale("log")  # labelled 1-2-3-5: a loss curve often spans less than one decade
-    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
-    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    if own:  # a caller that passed ``ax`` lays out its own figure
-        fig.tight_layout()
-    return tidy(fig)
-
-
 def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
                            step_ratios: Mapping[str, Estimate] | None = None) -> Figure:
     """Final loss, wire-bytes ratio and step time per method (one bar group each).
@@ -370,51 +232,3 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
                  "keeps its own)", fontsize=10)
     fig.tight_layout()
     return tidy(fig)
-
-
-def _make(method: str, ratio: float, error_feedback: bool):
-    def make() -> compress.Compressor:
-        base = {"topk": lambda: compress.TopK(ratio), "randomk": lambda: compress.RandomK(ratio),
-                "qsgd": compress.QSGD, "sign": compress.Sign}[method]()
-        return compress.ErrorFeedback(base) if error_feedback else base
-    return make
-
-
-def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
-    """Compressor, ratio and error-feedback controls: error and bytes on ``grad``, and the
-    convergence of simulated 2-worker training (:func:`perfkit.compress.simulate_dp_training`).
-
-    Args:
-        grad: a real gradient (flat or not) to measure the reconstruction error on.
-        steps: simulated training steps per curve.
-    """
-    if not isinstance(grad, torch.Tensor) or grad.numel() < 2:
-        raise TypeError("grad must be a tensor with at least 2 values")
-    base_curve = simulate_dp_training(None, steps=steps)
-    norm = float(grad.norm())
-
-    def fn(method: str, ratio: float, error_feedback: bool) -> Figure:
-        make = _make(method, ratio, error_feedback)
-        comp = make()
-        c = comp.compress(grad)
-        err = float((comp.decompress(c) - grad).norm()) / norm
-        saved = 1 - c.wire_bytes / (grad.numel() * 4)
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
-        ax1.bar(["relative error", "bytes saved"], [err, saved], color=["C3", "C2"])
-        ax1.set_ylim(0, 1.05)
-        ax1.set_ylabel("share of the gradient (norm; bytes)")
-        used = f"ratio {ratio:.3g}" if method in ("topk", "randomk") else "ratio unused"
-        ax1.set_title(f"{comp.name} ({used}) on a real gradient: error {err:.2f}, "
-                      f"{c.wire_bytes:,} of {grad.numel() * 4:,} bytes", fontsize=9)
-        curve = simulate_dp_training(make, steps=steps)
-        plot_convergence({"no compression": base_curve, comp.name: curve}, ax=ax2,
-                         title="simulated 2-worker SGD, softmax regression on digits")
-        fig.tight_layout()
-        return tidy(fig)
-
-    return WidgetSpec(fn, {"method": Choice(["topk", "randomk", "qsgd", "sign"], "topk"),
-                           "ratio": LogControl(-3, 0, 0.01, step=0.25,
-                                               description="ratio kept"),
-                           "error_feedback": Choice([False, True], True,
-                                                    description="error feedback")},
-                      title="Gradient compression: error, bytes and convergence")

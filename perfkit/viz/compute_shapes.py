@@ -31,11 +31,13 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
     """Matmul GFLOP/s against one dimension, one panel per dtype, each on its own linear axis
     from zero (the dtypes' ceilings can differ a hundredfold; one log axis would flatten the
     spread within each, and an axis cut to the points' range would blow a few percent up to its
-    full height); multiples of ``multiple`` drawn filled, odd sizes as crosses, even sizes that
-    are a multiple of no vector width (``% 4 == 2``) as hollow squares and the other even sizes
-    as hollow circles, each kind named in the legend. No line joins the points: neighbouring
-    sizes belong to different kinds, and a line through them in size order draws a zigzag that
-    reads as a trend.
+    full height). The sizes sit side by side in order, evenly spaced, each named on the axis: a
+    sweep dense around one size (every width from 1016 to 1039) and sparse around it would
+    otherwise pile its dense part onto one spot. Multiples of ``multiple`` drawn filled, odd
+    sizes as crosses, even sizes that are a multiple of no vector width (``% 4 == 2``) as hollow
+    squares and the other even sizes as hollow circles, each kind in its own colour and named in
+    the legend. No line joins the points: neighbouring sizes belong to different kinds, and a
+    line through them in size order draws a zigzag that reads as a trend.
 
     Args:
         points: :class:`perfkit.compute.ShapePoint` s.
@@ -52,30 +54,29 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
         raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
     check_int("multiple", multiple, 2)
     dtypes = list(dict.fromkeys(p.dtype for p in points))
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.6 * len(dtypes) + 2.4, 3.8), squeeze=False)
-    kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, {}),
-             (f"odd {vary}", lambda x: x % multiple and x % 2 == 1, dict(marker="x")),
+    most = max(sum(p.dtype == dt for p in points) for dt in dtypes)  # sizes in the widest panel
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(4.6, 0.24 * most) * len(dtypes) + 2.4, 3.8),
+                             squeeze=False)
+    kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, dict(c="C0")),
+             (f"odd {vary}", lambda x: x % multiple and x % 2 == 1, dict(marker="x", c="C3")),
              (f"{vary} % 4 == 2 (no vector width divides it)", lambda x: x % multiple and x % 4 == 2,
-              dict(marker="s", facecolors="none")),
-             (f"other even {vary}", lambda x: x % multiple and x % 4 == 0, dict(facecolors="none")))
-    for i, (dtype, ax) in enumerate(zip(dtypes, axes[0], strict=True)):
+              dict(marker="s", facecolors="none", edgecolors="C2")),
+             (f"other even {vary}", lambda x: x % multiple and x % 4 == 0,
+              dict(facecolors="none", edgecolors="C1")))
+    for dtype, ax in zip(dtypes, axes[0], strict=True):
         pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
         xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / 1e9 for p in pts]
-        color = f"C{i}"
-        for _, keep, style in kinds:
-            edge = {"edgecolors": color} if style.get("facecolors") == "none" else {"c": color}
-            ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3,
-                       **edge, **style)
-        ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel=f"{dtype} GFLOP/s (median)", title=dtype)
+        for name, keep, style in kinds:  # each size at its place in the order (evenly spaced)
+            ax.scatter([i for i, x in enumerate(xs) if keep(x)], [y for x, y in zip(xs, ys) if keep(x)],
+                       zorder=3, label=name if ax is axes[0][-1] else None, **style)
+        ax.set_xticks(range(len(xs)), [str(x) for x in xs], rotation=90, fontsize=7)
+        ax.set(xlabel=f"{vary} of (m, k) @ (k, n), in order (not to scale)",
+               ylabel=f"{dtype} GFLOP/s (median)", title=dtype)
         ax.set_ylim(0, 1.08 * max(ys))
         ax.grid(True, alpha=0.3)
-    last = axes[0][-1]
-    # the marker kinds are named once, in grey, for every panel (each panel's title names its dtype)
-    for name, _, style in kinds:
-        grey = {"edgecolors": "0.4"} if style.get("facecolors") == "none" else {"c": "0.4"}
-        last.scatter([], [], label=name, **grey, **style)
-    last.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
-                title="every panel", title_fontsize=7)
+    # the marker kinds are named once, beside the last panel (each panel's title names its dtype)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+                       title="every panel" if len(dtypes) > 1 else None, title_fontsize=7)
     fig.suptitle(title or f"Matmul throughput against {vary}", fontsize=11)
     fig.tight_layout()
     return tidy(fig)

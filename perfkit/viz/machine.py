@@ -154,8 +154,10 @@ def bf16_sentence(limits: MachineLimits) -> str:
     (native, converted to fp32 for the arithmetic, or emulated), naming an imitation. The ratio
     is taken on one thread each where both dtypes have a one-thread ceiling on a machine of
     several threads (a bf16 rate reached on one thread is not divided by fp32's all-core one),
-    else on all cores; the thread count is printed with it, and the all-core ratio that
-    :meth:`MachineLimits.support` classes by beside it where the two differ."""
+    else on all cores; the thread count is printed with it, and the ratio that
+    :meth:`MachineLimits.support` classes by beside it where the two differ: each dtype's ceiling,
+    its best rate on any thread count, labelled with the point it came from (a bf16 ceiling read on
+    1 thread is not called an all-core one)."""
     check_type("limits", limits, MachineLimits)
     fp32, bf16 = limits.peak_flops("float32"), limits.peak_flops("bfloat16")
     one = all(limits.one_thread_flops.get(d) for d in ("float32", "bfloat16")) and (limits.threads or 1) > 1
@@ -163,8 +165,10 @@ def bf16_sentence(limits: MachineLimits) -> str:
     ratio = limits.peak_flops("bfloat16", t) / limits.peak_flops("float32", t)
     b1, f1 = (si(limits.peak_flops(d, 1), "FLOP/s") for d in ("bfloat16", "float32"))
     matched = f"{ratio:.3g}x fp32 " + (f"on 1 thread each: {b1} against {f1}" if one else "on all cores")
-    if one and f"{ratio:.3g}" != f"{bf16 / fp32:.3g}":
-        matched += f"; on all cores {bf16 / fp32:.3g}x, the ratio its class is read from"
+    if one and f"{ratio:.3g}" != f"{bf16 / fp32:.3g}":  # each ceiling is its dtype's best on any thread count
+        where = {d: f" ({w})" if (w := limits.sources.get(d)) else "" for d in ("bfloat16", "float32")}
+        matched += (f"; bf16's ceiling, its best on any thread count{where['bfloat16']}, over fp32's"
+                    f"{where['float32']}: {bf16 / fp32:.3g}x, the ratio its class is read from")
     what = {"native": "native bf16 arithmetic",
             "converted": "no bf16 units: bf16 is converted to fp32 for the arithmetic and back",
             "emulated": f"emulated (below {EMULATED_BELOW:.0%} of fp32): later notebooks time bf16 at the "

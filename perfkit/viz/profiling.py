@@ -34,8 +34,10 @@ _EXTRA_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive"]
 
 def _phase_values(record: Any, unit: str, stat: str = "mean") -> dict[str, float]:
     """Top-level phase -> value in ``unit`` ("ms" or "%") for any record with shares; with
-    ``stat="median"`` a StepSummary gives its median shares (of the median step, in ms)."""
+    ``stat="median"`` a StepSummary gives its median shares, or in ms each phase's own median."""
     median = stat == "median" and hasattr(record, "median_shares")
+    if median and unit == "ms" and hasattr(record, "phases"):  # a phase's median, not a share of another's
+        return {k: p.p50_s * 1e3 for k, p in record.phases.items() if p.parent is None}
     shares = dict(record) if isinstance(record, Mapping) else (
         record.median_shares() if median else record.shares())
     if unit == "%":
@@ -202,8 +204,9 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
         ax: draw into this axes instead of a new figure.
         title: the axes title.
         stat: ``"mean"`` (shares of the mean step) or ``"median"``: each phase's median share
-            over the steps (of the median step, in ms), which one stalled step does not move;
-            they need not sum to 100 %. A record without median shares draws its means.
+            over the steps (``unit="%"``) or its own median time (``unit="ms"``), which one
+            stalled step does not move; neither need sum to the step's. A record without median
+            shares draws its means.
 
     Raises:
         ValueError: for no records or an unknown ``unit`` or ``stat``.

@@ -7,7 +7,7 @@ Usage::
     fig = plot_restart_timeline(restart_timeline(run.events))
     fig = plot_goodput(goodput_curve(save_s=0.5, restart_s=20.0, mtbf_s=600.0))
     spec = goodput_widget(save_s=0.5, restart_s=20.0)      # build_widget(spec)
-    print(verdict_kinds({"sync floor": p_sync, "atomic": p_atomic}))
+    print(verdict_kinds({"sync floor": p_sync, "atomic": p_atomic}, verdicts=viz.shown_verdicts()))
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from perfkit.saving.interval import goodput
 from perfkit.saving.restart_experiments import PART_NAMES
 from perfkit.units import si
 from perfkit.verdict import KINDS as VERDICT_KINDS
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, Verdict
 from perfkit.viz.core import FloatControl, LogControl, WidgetSpec
 
 __all__ = ["PART_COLORS", "goodput_view", "goodput_widget", "plot_goodput", "plot_restart_timeline",
@@ -200,14 +200,19 @@ def verdict_kind(p: Prediction, again: bool = False) -> str:
     return "re-judged" if again else p.kind()
 
 
-def verdict_kinds(predictions: Mapping[str, Prediction], again: Collection[str] = ()) -> str:
+def verdict_kinds(predictions: Mapping[str, Prediction], again: Collection[str] = (),
+                  verdicts: Sequence[Verdict] | None = None, names: bool = True) -> str:
     """One line: the verdicts on ``predictions`` (a short name -> its Prediction) counted by
-    :func:`verdict_kind`, each kind with its names, so a reader sees how many are tests.
-    ``again`` names those that judge a figure an earlier verdict judged.
+    :func:`verdict_kind`, each kind with its names (``names``), so a reader sees how many are
+    tests (``names=False``: the counts alone, for a headline). ``again`` names those that judge a
+    figure an earlier verdict judged. With
+    ``verdicts`` (those shown, :func:`perfkit.viz.shown_verdicts`), the line counts the held
+    ones by kind and says how many of them were tests, and names any that did not hold: a
+    count of held verdicts is not a count of tests.
 
     Raises:
-        TypeError, ValueError: ``predictions`` empty or not Predictions, or ``again`` naming
-            one it does not hold.
+        TypeError, ValueError: ``predictions`` empty or not Predictions, ``again`` naming
+            one it does not hold, ``verdicts`` not Verdicts or judging none of a prediction.
     """
     check_type("predictions", predictions, Mapping)
     if not predictions:
@@ -215,10 +220,29 @@ def verdict_kinds(predictions: Mapping[str, Prediction], again: Collection[str] 
     unknown = [n for n in again if n not in predictions]
     if unknown:
         raise ValueError(f"again must name predictions given, got {unknown!r}")
-    by: dict[str, list[str]] = {k: [] for k in KINDS}
     for n, p in predictions.items():
         check_type(f"predictions[{n!r}]", p, Prediction)
-        by[verdict_kind(p, n in again)].append(n)
-    return (f"The {len(predictions)} verdicts by kind: " + "; ".join(
-        f"{len(ns)} {k}{'s' * (len(ns) != 1 and k != 're-judged')} ({', '.join(ns)})"
-        for k, ns in by.items() if ns) + ".")
+    outcome = dict.fromkeys(predictions, "held")
+    if verdicts is not None:
+        for i, v in enumerate(verdicts):
+            check_type(f"verdicts[{i}]", v, Verdict)
+        for n, p in predictions.items():
+            judged = [v.outcome for v in verdicts if v.prediction == p]  # the last shown counts
+            if not judged:
+                raise ValueError(f"verdicts hold no verdict on predictions[{n!r}]")
+            outcome[n] = judged[-1]
+    by: dict[str, list[str]] = {k: [] for k in KINDS}
+    for n, p in predictions.items():
+        if outcome[n] == "held":
+            by[verdict_kind(p, n in again)].append(n)
+    kinds = "; ".join(f"{len(ns)} {k}{'s' * (len(ns) != 1 and k != 're-judged')}"
+                      + (f" ({', '.join(ns)})" if names else "") for k, ns in by.items() if ns)
+    if verdicts is None:
+        return f"The {len(predictions)} verdicts by kind: {kinds}."
+    held, tests = sum(map(len, by.values())), len(by["test"])
+    other = [f"{n} {o}" for n, o in outcome.items() if o != "held"]
+    were = "was a test" if tests == 1 else "were tests"
+    return (f"{held} of {len(predictions)}{' verdicts' * names} held"
+            + (f", by kind: {kinds}" if held else "")
+            + (f"; {tests} of the {held} held {were}, the rest weaker evidence" if held else "")
+            + (f"; not held: {', '.join(other)}" if other else "") + ".")

@@ -42,15 +42,17 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
 
     Args:
         flops_per_s, link, t, tokens, seq: as :func:`perfkit.parallel.tp_costs.tp_block_cost`.
-        bandwidth_scale: the link's bandwidth times this (a faster or slower network).
+        bandwidth_scale: the link's throughput (``link.bandwidth``, a fit's 1 / beta) times this
+            (a faster or slower network).
         compute_scale: the compute rate times this (a faster or slower chip). A GPU raises both:
             what decides the crossover is the compute per byte of link, not either alone.
         measured: speedups measured here by width, drawn as points on the speedup axis (an
             :class:`perfkit.stats.Estimate` with an interval gets its bar).
         bounds: the bound on the speedup at each measured width (from that width's own
-            measured compute time and the measured calls), drawn as open markers.
-        comm: seconds of a measured width's 4 all-reduces as a sweep timed such calls, drawn
-            as crosses beside the fit's line (what the calls took against what the fit charges).
+            measured compute time and the sweep's calls at its size), drawn as open markers.
+        comm: seconds of a measured width's 4 all-reduces as a stand-alone sweep timed calls of
+            that size (not the block's own calls), drawn as crosses beside the fit's line (what
+            the sweep took against what the fit charges).
         blocks: ``(unsplit, split)`` seconds measured at each width, drawn as points on the
             time axis beside the model's lines.
         predicted: the judged prediction of the crossing width, drawn on the speedup axis as a
@@ -92,8 +94,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
                 label="split, measured")
     ax.set(xlabel="width C", ylabel="s per block (forward + backward)")
     fig.suptitle(f"{tokens} tokens per step, compute at {si(flops_per_s, 'FLOP/s')}, "
-                 f"link: alpha {si(scaled.alpha_s, 's')} + bytes at {si(scaled.bandwidth, 'B/s')} "
-                 "per ring step (the fit)")
+                 f"link (the fit): alpha {si(scaled.alpha_s, 's')} + bytes at {si(scaled.bandwidth, 'B/s')} "
+                 "per ring step (fitted throughput 1 / beta, not a link bandwidth)")
     ax2.semilogx(widths, [c.speedup for c in costs], label="model (the fit, one rate)")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axhline(t, color="grey", lw=0.8, ls="--", label=f"ideal: {t}x")
@@ -115,7 +117,7 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
                     label=f"measured crossing C = {crossing.value:,.0f}{span}")
     if marks:
         ax2.plot(list(marks), list(marks.values()), "o", mfc="none", mec="k",
-                 label="bound: each width's measured compute and calls")
+                 label="bound: each width's measured U, the sweep's calls")
     if points:
         ws = list(points)
         vs = [float(v.value) if isinstance(v, Estimate) else float(v) for v in points.values()]
@@ -143,7 +145,7 @@ def _pair(v: object) -> tuple[float, float]:
 
 
 def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec:
-    """Sliders over the degree, the tokens per step, the network's bandwidth and the compute rate
+    """Sliders over the degree, the tokens per step, the link's fitted throughput and the compute rate
     (each a multiple of the one measured here), drawing :func:`plot_tp_crossover`.
 
     Raises:
@@ -160,7 +162,7 @@ def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec
         "t": IntControl(2, 8, 2, description="tensor-parallel degree t"),
         "tokens": LogControl(np.log10(seq), 6, 4096, base=10,
                              description="tokens per step (B x T)"),
-        "bandwidth_scale": LogControl(-1, 3, 1.0, description="bandwidth x measured"),
+        "bandwidth_scale": LogControl(-1, 3, 1.0, description="throughput x fit's"),
         "compute_scale": LogControl(-1, 5, 1.0, description="compute x measured"),
     }, title="When does tensor parallelism pay?")
 

@@ -84,7 +84,7 @@ def test_tile_owner_and_plots():
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     # each length, then the untiled marker (the old legend named only the colours and lines), then the model
-    assert legend[3:] == ["eager, measured (right of the line)", "model, fitted on this length"]
+    assert legend[3:] == ["eager, measured (right of the line)", "model: one fit over every length drawn"]
     # eager attention stands right of the tiles, one point per length: every median printed is drawn
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()][-1] == "eager"
     eager_x = 256 * 2
@@ -98,11 +98,43 @@ def test_tile_owner_and_plots():
     assert styles.count("--") == 1 and styles.count("-") == len(lens) - 1
     assert "dashed: predicted" in fig.axes[0].get_title()
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "model, predicted (not fitted on it)" in legend
+    assert "model, predicted (a length outside the fit)" in legend
     plt.close(fig)
     plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
     with pytest.raises(ValueError, match="flash"):
         va.plot_tile_times([p for p in pts if p.impl == "eager"])
+
+
+def test_tile_times_legend_names_the_one_fit_over_its_lengths():
+    # the model is one joint fit over the shorter lengths: the old legend said "fitted on this length"
+    pts = _synthetic(2e10, 5e-5, 1e10)
+    fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts), fitted_lens=[256, 512])
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "model: one fit over T = 256, 512" in legend
+    assert not any("this length" in x for x in legend)
+    assert "time" in fig.axes[0].get_ylabel()   # the quantity, not only the phase
+    plt.close(fig)
+
+
+def test_row_note_prints_the_control_in_one_unit_and_names_an_outlier_round():
+    # the run behind this: one control round at T = 1024 took 5.6x its median, and the old note printed
+    # "0.794 ms to 5.176 ms and 798 µs to 856 µs" without naming the round that made the intervals overlap
+    pts = []
+    for p in _row({"flash": 0.95, "eager": 1.0, "sdpa": 1.0}):
+        if p.impl == "control" and p.seq_len in (1024, 1536):
+            times = ((794e-6, 900e-6, 926e-6, 950e-6, 5176e-6) if p.seq_len == 1024
+                     else (798e-6, 820e-6, 850e-6, 853e-6, 856e-6))
+            p = ac.AttentionTiming("control", p.seq_len, 0, times, p.flops, 0)
+        pts.append(p)
+    note = va.row_note(pts, "flash", 64, miss=-0.06, band=0.22)
+    assert "overlapping (794 µs to 5176 µs and 798 µs to 856 µs)" in note
+    assert ("one control round at T = 1024, 5176 µs, took 5.6x that length's median and sets its interval's "
+            "high end by itself") in note
+    assert note.endswith("may be what keeps the intervals from lying apart.")
+    # no round past CONTROL_OUTLIER x its median: nothing named
+    steady = va.row_note(_row({"flash": 0.95, "eager": 1.0, "sdpa": 1.0}), "flash", 64, miss=-0.06, band=0.22)
+    assert "control round" not in steady and steady.endswith("moving between them.")
+    assert vn.CONTROL_OUTLIER == 2.0
 
 
 def test_widget_extremes_and_bad_arguments():

@@ -208,7 +208,7 @@ def test_every_waste_fix_is_bounded_against_an_unprofiled_step_by_one_rule():
     fast = {**rep, "step_times_s": [0.05, 0.05]}
     ddp = next_fix(fast, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9)
     assert ddp.share == pytest.approx(0.3)
-    assert "median measured 0.50x the unprofiled steps' median: below 1, so load" in ddp.model
+    assert "mean measured 0.50x the unprofiled steps' mean, 50.0 over 100.0 ms; below 1, so load" in ddp.model
     assert "measured 0.50x" in reads_pick(fast, "sync", 0.5).model
     with pytest.raises(ValueError, match="slowdown"):
         reads_pick(rep, "sync", 0.0)
@@ -229,7 +229,7 @@ def test_compute_bound_is_taken_over_an_unprofiled_step_as_the_wastes_are():
     rep, r = report([("info", "compute", 0.7)], {}, steps=(0.12, 0.12)), result([1] * 4 + [0.1] * 4)
     pick = next_fix(rep, r, JOB, [], ("attention", "batch"), FIX_FOR, 1e9)
     assert pick.share == pytest.approx(0.84) and pick.bound == pytest.approx(6.25)
-    assert "70.0% of a profiled step, times 1.20" in pick.model
+    assert "70.0% of a profiled step, 84.0 ms, times 1.20" in pick.model
     assert "84.0% of an unprofiled step" in pick.untested
 
 
@@ -346,7 +346,7 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     assert "outside the sync + communication the bound counts, forward 3.0 -> 0.8 ms" in crossed
     assert "backward" not in crossed and "find_unused_parameters" in crossed
     unalike = explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report=after, slowdown_after=1.57)
-    assert ("median took 1.00x the unprofiled steps' median before the fix and 1.57x after it"
+    assert ("mean took 1.00x the unprofiled steps' mean before the fix and 1.57x after it"
             in unalike["held"])
     assert "the window's times" not in unalike["above"]  # an identity, not a cause: not said
     close = explain_round(ddp, 1.3, before, 1.0, repeated=True, after_report=after)["above"]
@@ -403,7 +403,7 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
                             after_report={**slower, "shares": {**slower["shares"], "communication": 0.3},
                                           "comm_overlapped_share": 0.0})["inconclusive"]
     assert "under other work fell 3.0 -> 0.0 ms per profiled step" in overlap  # a 1.6 ms rise: explained
-    assert "does not time" not in overlap and "as much as the 1.6 ms it rose" in overlap
+    assert "does not time" not in overlap and "covers the 1.6 ms communication rose by" in overlap
     part = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0,
                          {**before, "comm_overlapped_share": 0.05}, 1.0, repeated=True,
                          after_report={**slower, "shares": {**slower["shares"], "communication": 0.3},
@@ -441,19 +441,21 @@ def test_a_window_whose_profiler_weighed_alike_names_the_run_it_belongs_to():
 
 
 def test_a_gain_no_larger_than_its_runs_drift_is_not_credited():
-    pick = Pick("compute", 0.7, 3.8, "m", "attention", ("forward", "backward"), untested="too loose")
+    pick = Pick("compute", 0.7, 3.8, "m", "attention", ("forward", "backward"), untested="it counts all",
+                context="broader than the fix")
     rnd = Round(4, pick, Estimate(1.45, 1.01, 1.91, 0.9, 16, "m"), 15734.0, 22815.0, {}, True,
                 befores_tps=(19402.0, 12067.0))
     assert rnd.runs_apart == pytest.approx(1.608, abs=1e-3) and rnd.within_drift
     text = round_context(rnd)
     assert "a gain this run can show" not in text
     assert "the runs before lay 1.61x apart, at least as far as the 1.45x measured lies from 1x" in text
-    assert context_outcome(rnd) == "context, faster, within the runs' drift (1.61x apart)"
+    assert context_outcome(rnd) == ("context (broader than the fix), faster, within the runs' drift "
+                                    "(1.61x apart)")
     steady = replace(rnd, befores_tps=(19402.0, 17000.0))
-    assert not steady.within_drift and context_outcome(steady) == "context, faster"
+    assert not steady.within_drift and context_outcome(steady) == "context (broader than the fix), faster"
     assert "a gain this run can show" in round_context(steady)
     assert context_outcome(replace(rnd, speedup=Estimate(1.02, 0.9, 1.2, 0.9, 16, "m"))) == (
-        "context, interval holds 1x")
+        "context (broader than the fix), interval holds 1x")
     fig = plot_waterfall([("a", 2.0), ("b", 1.45)], total=2.9, drifted=["b"])
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert "within the runs' drift" in labels[1] and "drift" not in labels[0]
@@ -723,7 +725,7 @@ def test_each_bar_is_its_fix_measured_speedup_and_the_drift_a_bar_of_its_own():
     # spreading the drift between runs over the fixes
     ax = plot_waterfall([("a", 2.0), ("b", 8.0)], total=4.0).axes[0]
     assert [t.get_text() for t in ax.texts] == ["2.00x", "8.00x", "0.25x", "4.00x"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "between runs", "total"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "drift", "total"]
     assert "drift between runs (the seams), not a fix" in [t.get_text() for t in ax.get_legend().get_texts()]
     same = plot_waterfall([("a", 2.0), ("b", 2.0)], total=4.001).axes[0]  # no drift as labelled: no bar
     assert [t.get_text() for t in same.texts] == ["2.00x", "2.00x", "4.00x"]

@@ -4,21 +4,37 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.profiling.capstone import CapstoneJob, FixLoop
+from perfkit.profiling.capstone import CapstoneJob, FixLoop, next_fix
 from perfkit.profiling.capstone_explain import explain_round
-from perfkit.profiling.capstone_text import Pick, Total, scaled_share
-from perfkit.stats import exact
+from perfkit.profiling.capstone_past import past_part
+from perfkit.profiling.capstone_text import (
+    Pick,
+    Total,
+    bound_class,
+    context_kinds_text,
+    reads_pick,
+    scaled_share,
+)
+from perfkit.stats import Estimate, exact
 from perfkit.viz.capstone_target import headline_rate
 from tests.unit.test_capstone import CALLS, FIX_FOR, KIND, LIMITS, FakeJob, report, result
 
 JOB = CapstoneJob(Path("train.py"), Path("/tmp/out"), 5.0, skip=1, window=4, measure=3)
 
 
-def test_the_factor_is_the_windows_median_over_the_unprofiled_median():
-    # as run: one slow profiled step of four pulled the mean (and the factor) up; the median is not moved
-    rep = report([], {}, steps=(0.01, 0.01, 0.01, 0.1))
+def test_a_bound_takes_one_statistic_for_the_phase_the_profiled_step_and_the_unprofiled_step():
+    # a share is a phase's time over the window's mean step: one slow profiled step of four moves the mean
+    # (15 ms) and not the median (10 ms); data 40 % of the mean is 6 ms per profiled step, and over the
+    # 10 ms unprofiled step that is 60 %, the most it can take; a ratio of medians (1.0) gave 40 %
+    rep = report([("high", "data", 0.4)], {"data": 0.4}, steps=(0.01, 0.01, 0.01, 0.03))
     r = result([0.01] * 6 + [0.01] * 3)
-    assert JOB.profiler_slowdown(rep, r) == pytest.approx(1.0)  # the mean gave 3.25
+    assert JOB.profiler_slowdown(rep, r) == pytest.approx(1.5)
+    pick = next_fix(rep, r, JOB, [], ["data"], {"data": ["data"]}, 1e12)
+    assert pick.share == pytest.approx(0.6) and pick.bound == pytest.approx(2.5)
+    # the printed arithmetic checks out: 6.0 ms of a 15.0 ms profiled mean, over a 10.0 ms unprofiled mean
+    assert "of a profiled step, 6.0 ms" in pick.model and "times 1.50" in pick.model
+    assert "(15.0 over 10.0 ms;" in pick.model
+    assert "60.0% of an unprofiled step is the most it can take" in pick.model
 
 
 def test_a_scaled_share_past_the_whole_step_prints_no_share_above_100_percent():
@@ -83,3 +99,26 @@ def test_a_fix_kept_on_its_median_alone_is_applied_not_credited():
     r2 = loop2.play()
     KIND.clear()
     assert r2.kept and loop2.applied == ["sync"] and loop2.credited == []
+
+
+def test_a_context_round_past_the_reads_bound_it_names_says_so():
+    # as run: the reads alone bound the gain at 1.05x, the whole bound (with communication) at 1.88x;
+    # the runs measured 1.09x: past the edge the context names, within the whole bound
+    rep = report([("medium", "sync", 0.023)], {"sync": 0.023, "communication": 0.226}, steps=(0.016,))
+    pick = reads_pick(rep, "sync", 1.88)
+    assert pick.context == "too tight" and pick.part_bound == pytest.approx(1 / (1 - 0.023 * 1.88))
+    after = report([], {"sync": 0.0, "communication": 0.2}, steps=(0.0125,))
+    words = past_part(pick, Estimate(1.09, 0.54, 1.54, 0.93, 16, "m"), rep, after)
+    assert words.startswith("The measured 1.09x lies past the 1.05x that removing the reads alone allows")
+    assert "holds that edge" in words and "communication, went 3.6 -> 2.5 ms" in words
+    assert past_part(pick, Estimate(1.03, 0.9, 1.2, 0.93, 16, "m"), rep, after) == ""
+
+
+def test_one_rule_classifies_why_a_bound_cannot_test_its_fix():
+    assert bound_class(0.043) == "too tight" and bound_class(0.5) == "" and bound_class(0.92) == "too loose"
+    # attention's 86.5 % is not 10x or more: its bound is untested because it is broader than the fix
+    assert bound_class(0.865, broader=True) == "broader than the fix"
+    rep, r = report([("info", "compute", 0.58)], {}, steps=(0.012,)), result([1] * 6 + [0.008] * 3)
+    pick = next_fix(rep, r, JOB, [], ("attention",), {"compute": ("attention",)}, 1e12)
+    assert pick.untested and pick.context == "broader than the fix"
+    assert context_kinds_text() == "too tight, too loose, broader than the fix or not what limits the fix"

@@ -34,3 +34,34 @@ def test_the_largest_reading_of_identical_work_can_change_a_timed_status_and_is_
         viz.claims.reweighed_statuses({"x": slow}, verdicts, reach)
     with pytest.raises(ValueError, match="by naming"):
         viz.claims.show_claims_table(verdicts, {"gelu": "inconclusive"})
+
+
+def test_a_headline_states_the_status_the_larger_error_estimate_gives():
+    # as run: DataLoader workers 0.986x (0.943x to 1.038x) does not hold by the A/A control's 0.9 %, and is
+    # inconclusive weighed by 2.4 %, the largest reading of identical work: the headline follows the latter
+    workers = (Claim("workers", "speedup", **FASTER), Estimate(0.986, 0.943, 1.038, 0.97, 10, "m"), {})
+    verdicts = {"workers": assess(workers[0], workers[1], error=0.009)}
+    got = viz.claims.reweighed_statuses({"workers": workers}, verdicts, 0.024)
+    assert got == {"workers": ("does not hold here", "inconclusive")}
+    head = viz.claims.claims_headlines(verdicts, got, 0.024)["workers"]
+    assert head.startswith("inconclusive weighed by 2.4%, the largest reading of identical work "
+                           "(does not hold here by the A/A control's reach alone)")
+    assert "whatever its side" not in head
+    assert viz.claims.claims_headlines(verdicts)["workers"].startswith("does not hold here")
+
+
+def test_a_timed_row_the_weighing_leaves_out_is_not_called_untimed():
+    # pin_memory without CUDA: its figure is the A/A control's timing, not judged: "not judged", not
+    # "not timed"
+    pin = assess(Claim("pin", "speedup", **FASTER), 1.0, (0.99, 1.01), gpu_only=True, not_judged="A/A")
+    count = assess(Claim("calls", "count", low=0, high=0, timed=False), 0)
+    import IPython.display as d
+
+    shown = []
+    d_display, d.display = d.display, lambda obj, raw=False: shown.append(obj)
+    try:
+        viz.claims.show_claims_table({"pin": pin, "calls": count}, {}, "status weighed by 2.4%")
+    finally:
+        d.display = d_display
+    rows = shown[0]["text/plain"].splitlines()
+    assert rows[0].endswith("| not judged") and rows[1].endswith("| not timed")

@@ -156,6 +156,23 @@ def test_collective_plots_and_widget_extremes():
         vcomm.collectives_widget({}, fits["all_reduce"])
 
 
+def test_the_busbw_panel_draws_each_collectives_copy_expectation():
+    """The table judges each busbw against its own share of the copy rate (1/4, 1/8, 1/2 on 2
+    processes); the panel drew only the copy rate, so a reader could not see those lines."""
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.comm_collectives import plot_collectives
+
+    fig = plot_collectives(_fake_points(2), copy_bytes_per_s=8e9)  # one buffer copied at 4 GB/s
+    levels = {ln.get_label(): ln.get_ydata()[0] for ln in fig.axes[1].get_lines()
+              if "expected" in ln.get_label()}
+    assert levels == pytest.approx({"all_reduce expected: at most 0.25 of it": 1.0,
+                                    "reduce_scatter expected: at most 0.125 of it": 0.5,
+                                    "all_gather expected: at most 0.25 of it": 1.0,
+                                    "broadcast expected: at most 0.5 of it": 2.0})  # GB/s
+    plt.close(fig)
+
+
 def test_data_parallel_plots():
     import matplotlib.pyplot as plt
 

@@ -256,11 +256,28 @@ def test_hidden_share_against_another_communication_and_the_step_comm_text():
     # alone 4 s against 2 s inside: compute + alone (7 s) exceeds the bucketed step (5 s), and the text
     # gives both readings of the ceiling and the share
     said = step_comm_text(times)
-    assert "2x the 2 s" in said and "7 s, exceeds the bucketed step's 5 s" in said
-    assert "ceiling 0.50, share saved 0.50" in said
+    assert "2x the 2 s the step exposes" in said and "7 s, exceeds the bucketed step's 5 s" in said
+    assert "The verdict shares out the communication the step exposes" in said
+    assert "ceiling 0.50, share saved 0.50), not the all-reduces' own duration" in said
     assert "ceiling would be 0.25 and the share saved 0.25" in said
     assert "exceeds" not in step_comm_text({**times, "comm_only": [2.1] * 3})  # within 10 %: nothing to say
     assert "waiting for the other" in step_comm_text({**times, "comm_only": [1.0] * 3})
+
+
+def test_step_comm_text_calls_compute_alone_a_reference_where_a_shorter_compute_beat_it():
+    """A micro-batch (communication share included) took 2.5 s against compute alone's 3 s: compute
+    alone is no floor, and the exposed communication read against it (5 - 2.5 = 2.5 s) is printed."""
+    from perfkit.comm import step_comm_text
+
+    times = {"compute_only": [3.0] * 3, "bucketed": [5.0] * 3, "overlapped": [4.0] * 3,
+             "backward_only": [1.0] * 3, "comm_only": [2.0] * 3}
+    said = step_comm_text(times, shorter_compute=("a k=8 micro-batch", 2.5))
+    assert "Compute alone (3 s) is the reference that definition subtracts, not a floor" in said
+    assert "a k=8 micro-batch took 2.5 s, less" in said and "the step exposes 2.5 s" in said
+    assert "the ceiling would be 0.40 (against 0.50) and the share saved 0.40 (against 0.50)" in said
+    assert "not a floor" not in step_comm_text(times, shorter_compute=("a k=8 micro-batch", 3.5))
+    with pytest.raises(ValueError, match="shorter_compute"):
+        step_comm_text(times, shorter_compute=("a k=8 micro-batch", 0.0))
 
 
 def test_hidden_share_rejects_bad_input():
@@ -617,7 +634,8 @@ def test_overlap_apart_text_credits_backward_only_beyond_running_the_all_reduces
     said = overlap_apart_text(hidden, together)
     assert "saved less by the medians (0.16 against 0.17)" in said and "intervals overlap" in said
     assert "does not show the overlapped step hiding any communication behind backward" in said
-    assert "shows no overlap with backward beyond that" in overlap_apart_text(hidden, together, short=True)
+    short = overlap_apart_text(hidden, together, short=True)  # overlapping intervals fail to show it, no more
+    assert "does not show overlap with backward beyond that" in short and "shows no overlap" not in short
     # medians that print equal at 2 decimals (0.16 against 0.16) print at the digits that tell them apart
     close = stats.Estimate(0.162, 0.092, 0.302, 0.9, 25, "median of 25 paired rounds")
     said = overlap_apart_text(close, stats.Estimate(0.164, -0.097, 0.523, 0.9, 25, "median of 25"))

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from perfkit.advice import Claim, assess
 from perfkit.compute import claims_precision as cp
 from perfkit.hw import MachineLimits
 from perfkit.timing import Measurement
@@ -108,31 +109,28 @@ def test_kdim_keeps_the_t_squared_matrix_and_need_weights_false_does_not():
     assert math.isfinite(a.saved["kdim"])
 
 
-def test_the_fp16_claim_criteria_say_which_count_decides_and_the_flushed_one_beside_it():
-    # 10,000 values: 2,000 below fp16's smallest normal (20 %), 30 flushed to zero unscaled
+def test_the_fp16_claim_is_judged_by_one_rule_over_its_two_counts():
+    # 10,000 values: 2,000 below fp16's smallest normal (20 %), 30 flushed to zero unscaled; at 2^16 the
+    # stand-in lifts 19 % (past the 1 % line), the direct count keeps 0.3 % (below it): the verdict took
+    # the stand-in alone and said "holds"; the two counts as the figure's range make it "holds partly"
     flush = cp.GradientFlush(10_000, 1.0, {"fp16": 30, "bf16": 0}, 0.2,
                           lambda dtype, s: 30 if s == 1.0 else 0, lambda s: 2_000 if s == 1.0 else 100)
+    assert flush.span(2.0 ** 16) == (pytest.approx(0.003), pytest.approx(0.19))
+    claim = Claim("fp16 needs a loss scaler", "share", low=0.01, partly=0.0, timed=False)
+    assert assess(claim, 0.19, flush.span(2.0 ** 16)).status == "holds partly"
     said = flush.criteria(2.0 ** 16, 0.01)
-    assert "19.00% lifted out of fp16's subnormal range (at or above the 1% line)" in said
-    assert "(30 unscaled), the scale kept 0.300% of the values, below the line" in said
-    assert "disagree, and only the stand-in carries the verdict" in said
-    assert said.endswith("by the direct fp16 count alone, the figure lies below the line instead.")
+    assert "19.00% lifted out of fp16's subnormal range" in said and "at or above the 1% line" in said
+    assert "0.300% kept of the values the fp16 backward itself flushed to zero (30 unscaled), below" in said
+    assert said.endswith("they lie on both sides: the scale rescues precision, not values from zero.")
     many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
                          lambda s: 20 if s == 1.0 else 0)
-    assert many.criteria(2.0 ** 16, 0.01).endswith("the two criteria agree.")
+    assert many.criteria(2.0 ** 16, 0.01).endswith("they lie on one side of the line.")
+    assert assess(claim, 0.3, many.span(2.0 ** 16)).status == "holds"
+    assert flush.criterion_label(2.0 ** 16, 0.01) == (
+        "two counts, 19.00% lifted from subnormal, 0.300% from zero: both sides of 1%")
+    assert many.criterion_label(2.0 ** 16, 0.01).endswith("one side of 1%")
     with pytest.raises(ValueError, match="line"):
         flush.criteria(2.0 ** 16, 0.0)
-
-
-def test_the_fp16_row_names_the_test_it_was_judged_by_and_whether_bf16s_agrees():
-    # the summary row and headline once named no test, though fp16 and bf16 are judged by different ones
-    flush = cp.GradientFlush(10_000, 1.0, {"fp16": 30, "bf16": 0}, 0.2,
-                          lambda dtype, s: 30 if s == 1.0 else 0, lambda s: 2_000 if s == 1.0 else 100)
-    assert flush.criterion_label(2.0 ** 16, 0.01) == (
-        "by the subnormal stand-in; the flush count, bf16's test, disagrees (0.300%, below the 1% line)")
-    many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
-                         lambda s: 20 if s == 1.0 else 0)
-    assert many.criterion_label(2.0 ** 16, 0.01).endswith("agrees")
     with pytest.raises(ValueError, match="line"):
         flush.criterion_label(2.0 ** 16, 0.0)
 

@@ -425,6 +425,12 @@ def test_handoff_part_puts_only_the_measured_handoff_on_the_handoff():
     assert "left +2.4 ms unsplit" in said
     assert "is 0.38 ms: the other 2.0 ms is the worker taking longer per batch in the loop than alone" in said
     assert "covers" in ex.handoff_part(2.5, 2.4) and ex.handoff_part(0.38, 0.04) == ""
+    # a handoff timed on other batches than the step's own is said to be theirs, not "this size"
+    other = ex.handoff_part(0.54, 2.5, timed_on="2a's batches of 16 free samples")
+    assert "as timed on 2a's batches of 16 free samples (not section 1's batches" in other
+    assert "this size" not in other and "is 0.54 ms: the other 2.0 ms" in other
+    with pytest.raises(TypeError, match="timed_on"):
+        ex.handoff_part(0.38, 2.4, timed_on=16)
     with pytest.raises(ValueError, match="handoff_ms"):
         ex.handoff_part(-1.0, 2.4)
 
@@ -486,19 +492,21 @@ def test_rate_context_prints_an_undecidable_ratio_as_context_and_names_a_miss():
     said = ex.rate_context(pred, wide, "Why.", 1.004)
     assert said.startswith("[context] Context, not a verdict (the model's ratio): samples/s with 8 busy "
                            "workers over 2, 1.02x ± 10%. Measured, by the median block means: 0.984x (")
-    assert ("Why. Here the interval is 1.07 wide, 5.2x the predicted range (0.92x to 1.12x, 0.204 wide): an "
-            "interval that wide cannot lie inside the range, so this run could not hold the") in said
+    # context, not a prediction: the model's range, never "predicted", and nothing to "hold"
+    assert ("Why. Here the interval is 1.07 wide, 5.2x the model's range (0.92x to 1.12x, 0.204 wide): an "
+            "interval that wide cannot lie inside the range, so this run could not have settled it") in said
+    assert "predicted" not in said and "prediction" not in said
     assert "the point estimate lies inside the range, and the interval reaches across both its edges." in said
     assert ("The ratio of the runs' mean rates, 1.004x, lies inside this 90% interval "
             "(0.625x to 1.698x). The mean rates' ratio, each") in said
-    assert said.endswith("(the throughput each run delivered), lies inside the predicted range; the "
+    assert said.endswith("(the throughput each run delivered), lies inside the model's range; the "
                          "median block means put the ratio on the other side of 1x, as a median leaves out "
                          "the slowest and fastest blocks, which throughput counts.")
     same = ex.rate_context(pred, wide, "Why.", 0.99)
-    assert same.endswith("(the throughput each run delivered), lies inside the predicted range.")
+    assert same.endswith("(the throughput each run delivered), lies inside the model's range.")
     # the median block means above 1x, the mean rates below it and below the range: said, not hidden
     apart = ex.rate_context(pred, Estimate(1.27, 0.26, 2.29, 0.93, 6, "m"), "Why.", 0.83)
-    assert "lies below the predicted range; the median block means put the ratio on the other side" in apart
+    assert "lies below the model's range; the median block means put the ratio on the other side" in apart
     low = ex.rate_context(pred, Estimate(0.70, 0.65, 0.75, 0.9, 6, "m"), "Why.", 0.7)
     assert ("narrower than the range this time; its whole interval lies below the range, which a verdict "
             "would call a miss.") in low

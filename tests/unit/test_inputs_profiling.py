@@ -401,6 +401,10 @@ CASES += [
      ValueError, "measure"),
     ("FixLoop job", lambda: cap.FixLoop("job", ("data",), {}, CAP_LIMITS), TypeError, "job must be"),
     ("percent2 share", lambda: profiling.percent2(-0.1), ValueError, "share must be"),
+    ("bound_class share", lambda: profiling.bound_class(-0.1), ValueError, "share must be"),
+    ("bound_class nan", lambda: profiling.bound_class(NAN), ValueError, "share must be"),
+    ("bound_class broader", lambda: profiling.bound_class(0.5, broader=1), TypeError, "broader must be"),
+    ("bound_class peak", lambda: profiling.bound_class(0.5, peak="yes"), TypeError, "peak must be"),
     ("window_gain before", lambda: profiling.window_gain([], {"step_times_s": [1.0]}), TypeError,
      "before must be"),
     ("window_gain after", lambda: profiling.window_gain({"step_times_s": [1.0]}, {}), ValueError,
@@ -443,7 +447,8 @@ CASES += [
 # a diagnosed script's window; PHASES is a constant.
 RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "Rule", "StepWindow",
            "TraceAttribution", "WindowDone", "Pick", "Round", "Total", "CpuSnapshot",
-           "LoadRecord"}
+           "LoadRecord",
+           "context_kinds_text"}  # takes no argument: nothing to refuse
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang

@@ -67,7 +67,7 @@ def test_the_header_says_every_default_and_the_byte_assumptions(capsys):
     assert "matmul efficiency 0.50 (default, not fitted" in out
     assert "usable memory 77.3 GB per GPU (90% of 85.9 GB" in out
     # an "80GB" GPU holds 80 GiB, some kept by the driver: 85.9 GB unexplained read as an error
-    assert "85.9 GB, 80 GiB: the rest for the driver's share" in out
+    assert "85.9 GB, 80 GiB, of which nvidia-smi shows" in out and "the rest for the driver's share" in out
     assert "bf16 weights 2 + gradients 2 + fp32 Adam 12" in out
     assert "labels: dpN tpN ppN cpN" in out and "EFU" in out and "PaLM's HFU" in out
     assert "a fused causal kernel 7 L h s of the 12 L h s" in out and "half of attention" not in out

@@ -356,7 +356,8 @@ def test_the_pipeline_steps_errors_are_read_together_with_their_source():
     text = pipeline_bias({"gpipe": (302.0, e(308.9, 308.1, 309.4), 245.0, 240.0),
                           "1f1b": (302.0, e(309.0, 308.0, 312.0), 246.0, 240.0),
                           "interleaved": (277.0, e(285.0, 284.0, 287.0), 250.0, 240.0)})
-    assert text.startswith("All 3 pipeline steps ran above their predictions, each interval clear of it")
+    assert text.startswith("All 3 pipeline steps ran above their predictions, each interval clear of it: the "
+                           "model errs one way, by more than this run's noise (")
     assert "gpipe +6.9 ms, its actions +5.0 ms past the model's slots" in text
     assert "a sleep ends late, never early" in text and "-2.0 to +1.9 ms, lies outside the actions" in text
     mixed = pipeline_bias({"gpipe": (302.0, e(303.0, 298.0, 309.0), 245.0, 240.0),

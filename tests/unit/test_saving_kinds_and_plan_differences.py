@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import pytest
 
 from perfkit import stats
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, judge
 from perfkit.viz.plan import plot_step_differences
 from perfkit.viz.saving import verdict_kind, verdict_kinds
 
@@ -60,3 +60,20 @@ def test_the_differences_figure_draws_each_layout_against_its_window():
         plot_step_differences({"zero1": (gap, 2.0, (8.6, -4.4), None)})
     with pytest.raises(TypeError, match=r"rows\['zero1'\]\[0\]"):
         plot_step_differences({"zero1": (8.0, 2.0, (-4.4, 8.6), None)})
+
+
+def test_with_the_shown_verdicts_the_line_counts_the_held_ones_by_kind_and_how_many_were_tests():
+    ps = {"sync floor": _p(low=0.02, physical=(0, None)), "tmpfs": _p(value=1.0, rel_tol=0.25),
+          "gzip": _p(value=0.9, rel_tol=0.05), "<1 s": _p(high=1.0, physical=(0, None))}
+    shown = [judge(ps["sync floor"], 0.131), judge(ps["tmpfs"], 0.92), judge(ps["gzip"], 0.5),
+             judge(ps["<1 s"], 0.131)]
+    line = verdict_kinds(ps, again=["<1 s"], verdicts=shown)
+    assert line.startswith("3 of 4 verdicts held, by kind: 1 test (tmpfs); 1 floor (sync floor); "
+                           "1 re-judged (<1 s)")
+    assert "1 of the 3 held was a test, the rest weaker evidence" in line and "not held: gzip missed" in line
+    short = verdict_kinds(ps, again=["<1 s"], verdicts=shown, names=False)
+    assert short.startswith("3 of 4 held, by kind: 1 test; 1 floor; 1 re-judged;") and "(tmpfs)" not in short
+    with pytest.raises(ValueError, match="no verdict on predictions"):
+        verdict_kinds(ps, verdicts=shown[:2])
+    with pytest.raises(TypeError, match="verdicts"):
+        verdict_kinds(ps, verdicts=[1.0])

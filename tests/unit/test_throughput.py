@@ -157,13 +157,32 @@ def test_model_rate_note_flags_model_flops_above_a_ceiling_of_counted_flops():
     # 0.5077 s a step, 3.66e9 model FLOPs: 7.21 GFLOP/s, above a 7.14 GFLOP/s ceiling the counted ones set
     p = throughput.ThroughputPoint("bf16", False, 8, Measurement((0.5077,) * 5, 0), 0.6, 512, 3_660_000_000,
                                    105e9)
-    said = throughput.model_rate_note(p, 3_457_000_000, 7.14e9, "the bfloat16 ceiling")
+    flat = 6 * 3584 * 512  # the 6N charge on 3,584 bias and layer-norm parameters, 512 tokens a step
+    said = throughput.model_rate_note(p, 3_457_000_000, 7.14e9, "the bfloat16 ceiling", flat)
+    # the gap, 5.9 points of the counted FLOPs, split by computation: 0.3 points are parameters in no
+    # matmul, the rest attention's masked entries (the old words credited all of it to attention)
     assert said == (" Its model FLOP/s, 7.21 GFLOP/s, lie above the bfloat16 ceiling, 7.14 GFLOP/s: the "
-                    "model's count (6N + 12·L·d·T a token) is 1.06x the FLOPs counted here (attention on its "
-                    "causal entries only), so a ceiling of counted FLOPs is no roof for model FLOPs.")
-    assert throughput.model_rate_note(p, 3_457_000_000, 7.21e9, "c") == ""   # equal as printed: not above
+                    "model's count (6N + 12·L·d·T a token) is 1.06x the FLOPs counted here: of its 5.9 "
+                    "points, 0.3 are the 6N charge on the parameters that do no matmul (biases, layer "
+                    "norms) and 5.6 attention's masked entries, which the formula's T x T square counts "
+                    "and the causal kernel skips; so a ceiling of counted FLOPs is no roof for model FLOPs.")
+    # equal as printed: not above
+    assert throughput.model_rate_note(p, 3_457_000_000, 7.21e9, "c", flat) == ""
     with pytest.raises(ValueError, match="name must"):
-        throughput.model_rate_note(p, 1.0, 1.0, "")
+        throughput.model_rate_note(p, 1.0, 1.0, "", flat)
+
+
+def test_model_over_counted_splits_the_gap_by_computation():
+    from perfkit.compute import flops
+    # notebook 06's bf16 step: 23.4 MFLOP a sample of gap, 2.75 of them the 6N charge on biases and norms
+    said = flops.model_over_counted(456.6e6, 433.2e6, 2.75e6)
+    assert said.startswith("1.05x the FLOPs counted here: of its 5.4 points, 0.6 are the 6N charge")
+    assert "and 4.8 attention's masked entries" in said
+    # a counter that found more than the formula less the flat charge: no negative share for attention
+    over = flops.model_over_counted(100.0, 99.0, 2.0)
+    assert "more than the whole gap of 1.0" in over and "masked" not in over
+    with pytest.raises(ValueError, match="flat_flops"):
+        flops.model_over_counted(1.0, 1.0, -1.0)
 
 
 def test_own_ceiling_note_says_before_the_share_that_this_notebook_set_the_ceiling():

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from perfkit import stats
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction, context, judge
 
 BOUND = Prediction("checkpointing's step time over the plain step", "one extra forward",
                    low=1.0, high=1.34, unit="x")
@@ -379,7 +379,7 @@ def test_an_interval_across_both_edges_names_the_edge_nearest_the_figure():
     assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "lies 0.05 from it" in v.text
     assert "reaches 0.53 above it" in v.text  # a lopsided interval: the side past the edge, not a half-width
     # the interval's width from its samples against the predicted range decides: only more samples can
-    assert "the interval is 0.99 wide from 30 samples, the predicted range 0.15" in v.text
+    assert "the interval is 0.99 wide from 30 samples, the predicted range 0.15 wide" in v.text
 
 
 def test_a_claim_that_does_not_hold_names_a_busy_machine(monkeypatch):
@@ -433,3 +433,18 @@ def test_a_bound_never_prints_past_its_own_edge():
     assert p.describe() == "at least 10.05 ms"
     both = Prediction("r", "m", low=1.0986, high=1.0986 * 2, unit="x")
     assert both.describe() == "between 1.098x and 2.2x"
+
+
+def test_a_counted_figure_is_labelled_counted_not_measured():
+    bytes_moved = Prediction("bytes per call", "ring: 2 (n - 1) / n of the buffer", value=100.0, rel_tol=0.0,
+                             unit="B", timed=False, counted=True)
+    v = judge(bytes_moved, 100.0)
+    assert "**Counted:** 100 B" in v.text and "Measured" not in v.text and v.held
+    assert "**Counted:**" in context(Prediction("calls", "one per bucket", high=1e9, timed=False,
+                                                counted=True), 3.0)
+    timed = Prediction("step", "model", value=1.0, rel_tol=0.1, unit="s")
+    assert "**Measured:**" in judge(timed, 1.0).text and timed.label() == "Measured"
+    with pytest.raises(ValueError, match="counted=True"):
+        Prediction("bytes", "ring", value=1.0, rel_tol=0.0, counted=True)   # a counted figure is not timed
+    with pytest.raises(TypeError, match="counted"):
+        Prediction("bytes", "ring", value=1.0, rel_tol=0.0, timed=False, counted=1)  # type: ignore[arg-type]

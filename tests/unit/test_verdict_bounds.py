@@ -157,7 +157,7 @@ def test_an_inconclusive_verdict_says_a_sentence_its_side_repeats_once():
 def test_an_inconclusive_verdict_names_the_numbers_that_decided():
     v = judge(BUBBLE, est(0.237, 0.20, 0.30, n=4 + 3))
     assert "reaches across the edge 0.23" in v.text and "the figure lies 0.007 from it" in v.text
-    assert "the interval is 0.1 wide from 7 samples, the predicted range 0.06" in v.text
+    assert "the interval is 0.1 wide from 7 samples, the predicted range 0.06 wide" in v.text
     assert "only more samples, or less noise, can decide" in v.text
 
 
@@ -196,7 +196,9 @@ def test_a_busy_machine_is_named_with_its_size_and_the_noise_it_left(monkeypatch
     v = judge(BUBBLE, est(0.237, 0.20, 0.30))
     assert "When judged: load average 5.2 on 2 cores, 2.6 runnable tasks per core" in v.text
     assert "this run's own processes included" in v.text   # it does not claim that other jobs ran
-    assert "the 90% interval spans 42% of the figure" in v.text
+    assert "the 90% interval is 42% of the figure wide" in v.text
+    wide = judge(BUBBLE, est(0.237, 0.05, 0.90)).text   # an interval wider than the figure
+    assert "the 90% interval is 3.6x the figure wide" in wide and "359%" not in wide
     assert "load average" not in judge(BUBBLE, est(0.21, 0.19, 0.22)).text   # held: no excuse
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
     assert "load average" not in judge(BUBBLE, est(0.237, 0.20, 0.30)).text

@@ -21,9 +21,13 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     fig = plot_shape_sweep(pts("float32", rates))
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear" and "GFLOP/s" in ax.get_ylabel()  # one dtype: readable ticks
-    groups = [c.get_offsets()[:, 0].tolist() for c in ax.collections]  # filled, crosses, squares, circles
+    labels = [int(t.get_text()) for t in ax.get_xticklabels()]  # each width named at its place
+    groups = [[labels[round(x)] for x in c.get_offsets()[:, 0]] for c in ax.collections]  # by marker kind
     # odd widths are their own group, and so are the even ones no vector width divides (n % 4 == 2)
     assert groups[:4] == [[1024], [1017, 1019], [1022], [1016]]
+    # the widths sit side by side in order, evenly spaced: a sweep dense around 1024 no longer piles up
+    assert labels == sorted(rates) and list(ax.get_xticks()) == list(range(len(rates)))
+    assert ax.get_legend().get_title().get_text() == ""  # one panel: no "every panel" over it
     assert np.allclose(ax.collections[0].get_offsets()[:, 1], [140])  # in GFLOP/s
     names = [t.get_text() for t in ax.get_legend().get_texts()]  # every marker kind is named
     assert names == ["n % 64 == 0", "odd n", "n % 4 == 2 (no vector width divides it)", "other even n"]

@@ -57,8 +57,21 @@ def test_bf16_sentence_divides_like_for_like(monkeypatch):
     lim = MachineLimits("cpu", "t", {"float32": 2.05e11, "bfloat16": 7.14e9}, 2e10, threads=2,
                         one_thread_flops={"float32": 1.05e11, "bfloat16": 7.14e9})
     text = vm.bf16_sentence(lim)
-    assert "(0.068x fp32 on 1 thread each: 7.14 GFLOP/s against 105 GFLOP/s; on all cores 0.0348x" in text
+    assert "(0.068x fp32 on 1 thread each: 7.14 GFLOP/s against 105 GFLOP/s; bf16's ceiling" in text
+    assert "over fp32's: 0.0348x" in text
     assert "emulated" in text and "(0.0348x fp32)" not in text
+
+
+def test_bf16_sentence_labels_the_class_ratio_with_the_ceilings_own_points(monkeypatch):
+    """bf16's ceiling came from 1 thread: the ratio its class is read from is not called "on all cores"."""
+    monkeypatch.setattr(hw, "_IMITATE", None)
+    lim = MachineLimits("cpu", "t", {"float32": 4.38e11, "bfloat16": 4.15e9}, 2e10, threads=2,
+                        one_thread_flops={"float32": 2.21e11, "bfloat16": 4.15e9},
+                        sources={"bfloat16": "n=128 on 1 thread", "float32": "n=2048 on 2 threads"})
+    text = vm.bf16_sentence(lim)
+    assert "on all cores" not in text
+    assert ("bf16's ceiling, its best on any thread count (n=128 on 1 thread), over fp32's (n=2048 on 2 "
+            "threads): 0.00947x, the ratio its class is read from" in text)
 
 
 def test_bf16_sentence_names_an_imitation(monkeypatch):
