@@ -51,8 +51,9 @@ _UNIT = r"(?:[kMGTPmµn]?(?:FLOP/s|FLOP|B/s|B|s|W|J|Hz)|x|%)"
 
 
 def _numu(name: str) -> str:
-    """A number and its optional unit, captured as ``name`` and ``name_u``."""
-    return rf"(?<![\w.])(?P<{name}>{_NUM})(?:\s?(?P<{name}_u>{_UNIT}))?(?![\w/])"
+    """A number and its optional unit, captured as ``name`` and ``name_u``. Neither side of a
+    fraction ("4/3 of the roof": a multiple a bound is built from, not a measured share) is one."""
+    return rf"(?<![\w./])(?P<{name}>{_NUM})(?:\s?(?P<{name}_u>{_UNIT}))?(?![\w/])"
 
 
 _SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "µ": 1e-6, "n": 1e-9}

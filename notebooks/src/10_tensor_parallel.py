@@ -669,8 +669,9 @@ if crossing is None:
 else:   # the verdict's outcome, the measured crossing with its interval, the predicted band
     point, lo, hi = si_interval(crossing.value, crossing.low, crossing.high)
     interval = f"{crossing.label} {lo} to {hi}" if crossing.has_interval else crossing.describe()
-    band = f" ({' to '.join(f'{b:,.0f}' for b in p_cross.bounds())})" if p_cross.value is not None else ""
-    cross_head = (f"{cross_v.outcome}: measured C = {point} ({interval}), predicted {p_cross.describe()}{band}; "
+    band = (f"{' to '.join(f'{b:,.0f}' for b in p_cross.bounds())} ({p_cross.describe()})"
+            if p_cross.value is not None else p_cross.describe())
+    cross_head = (f"{cross_v.outcome}: measured C = {point} ({interval}), predicted {band}; "
                   f"the figure's model at the measured rate: {placed(cross)}")
 viz.show_headlines({
     "TP / SP vs unsplit (max rel. diff.)": f"{eq['tp']['rel']:.1e} / {eq['sp']['rel']:.1e}",

@@ -274,7 +274,10 @@ def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, sh
                    if lo3 <= f3 <= hi3 else
                    f"; the paired interval lies wholly below the floor too ({hi:.3f}x against {f:.3f}x), so "
                    "the paired steps support a gain beyond what the bytes can save, which this model does "
-                   "not explain.")
+                   "not explain." if hi3 < f3 else
+                   f"; the paired interval lies wholly above the floor ({lo:.3f}x against {f:.3f}x), so the "
+                   "paired steps do not support that excess: the two estimates disagree, and the paired "
+                   "one, which sets each round's steps against each other, is the one judged.")
     return (f"{name}: step over uncompressed {v:.3f}x paired ({label} {lo:.3f}x to {hi:.3f}x), against the "
             f"floor its halved bytes allow, {f:.3f}x: {where}. Context, not a verdict: {why}"
             + ("; and a hook that made the step slower passes a floor too." if small else ".")

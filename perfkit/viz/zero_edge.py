@@ -56,11 +56,12 @@ def gloo_calls_note(r: Any, world_size: int) -> str:
 _LONE_CALL = "a 4-byte all-reduce's"  # StageEdge.call_how for a charge of one call timed alone
 
 
-def _factor(x: float) -> str:
-    """A per-byte factor above 1 printed with the decimals it takes not to read as 1.0x: 3.3
-    prints "3.3x", 1.007 prints "1.007x" (at one decimal it would read as the rate already
-    charged)."""
-    d = next((d for d in (1, 2, 3) if float(f"{x:.{d}f}") > 1), 4)
+def _factor(x: float, above: float = 1.0) -> str:
+    """A per-byte factor above ``above`` printed with the decimals it takes not to read as
+    ``above``: 3.3 prints "3.3x", 1.007 prints "1.007x" (at one decimal it would read as the rate
+    already charged); with ``above=2``, 2.04 prints "2.04x" (beside a sentence on twice the rate,
+    "2.0x" would read as that rate)."""
+    d = next((d for d in (1, 2, 3) if float(f"{x:.{d}f}") > above), 4)
     return f"{x:.{d}f}x"
 
 
@@ -165,8 +166,8 @@ class StageEdge:
         return (f"; and the price of {n}, charged at the all-reduce's time per byte "
                 f"({si(gather_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
                 "than its all-reduce (one large call, not these buckets, so a candidate, not a finding; it "
-                f"prints its factor): {twice}at {_factor(1 + rest / gather_s)} the all-reduce's time per "
-                f"byte it would explain all of the {si(rest, 's')}")
+                f"prints its factor): {twice}at {_factor(1 + rest / gather_s, 2.0 if twice else 1.0)} the "
+                f"all-reduce's time per byte it would explain all of the {si(rest, 's')}")
 
     def digits(self, est: Any) -> str:
         """A sentence, starting with a space, giving the edge and ``est``'s interval (a step

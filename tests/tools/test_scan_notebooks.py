@@ -124,6 +124,13 @@ def test_a_verdict_on_a_share_above_one_is_found():
     assert kinds(markdown(held.replace("2.79", "0.79").replace("2.49", "0.49").replace("3.98", "0.98"))) == []
 
 
+def test_a_fraction_that_builds_a_bound_is_not_a_share_but_the_share_beside_it_is():
+    fill = ("filling a new 8 MiB tensor: 0.42 ms, an existing one: 0.34 ms (24.7 GB/s written, above 4/3 "
+            "of the DRAM roof of 15.6 GB/s, the most a fill from DRAM alone can reach")
+    assert kinds(out(fill)) == []
+    assert kinds(out(fill.replace("above 4/3 of", "1.58 of"))) == ["over_ceiling"]
+
+
 def test_exactly_100_percent_is_not_above_the_ceiling():
     assert kinds(out("block at 100% of the fp32 ceiling")) == []
     assert kinds(out("block at 100.1% of the fp32 ceiling")) == ["over_ceiling"]

@@ -27,3 +27,12 @@ def test_cast_floor_text_says_whether_the_paired_interval_supports_the_medians_e
     below = cast_floor_text("h", SimpleNamespace(value=0.97, low=0.96, high=0.98), 0.994, 0.97)
     assert "the paired interval lies wholly below the floor too (0.980x against 0.994x)" in below
     assert "medians' reading alone" not in below
+
+
+def test_cast_floor_text_never_calls_an_interval_above_the_floor_below_it():
+    # a run's paired interval 0.997x to 1.024x lay above the 0.994x floor while the medians' ratio
+    # fell below it: the old words said the interval lay "wholly below the floor too (1.024x ...)"
+    above = cast_floor_text("fp16_hook", SimpleNamespace(value=1.009, low=0.997, high=1.024), 0.994, 0.990)
+    assert "wholly below" not in above
+    assert "the paired interval lies wholly above the floor (0.997x against 0.994x)" in above
+    assert "the whole interval lies above it" in above

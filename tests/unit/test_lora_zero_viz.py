@@ -244,6 +244,15 @@ def test_beyond_names_the_all_gathers_price_with_the_factor_that_would_explain_t
     assert "price of" not in vzero.stage_edge(1, ddp, 7, 1e-3, 2e-3, 2).beyond(1.5)  # no bytes charged
 
 
+def test_a_factor_just_past_twice_never_prints_as_twice_beside_the_twice_sentence():
+    # a run needed 2.04x, printed "2.0x", right after "at twice ... it would explain 96%"
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    e = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 2)
+    text = e.beyond(e.edge + 1.04 * e.bytes_s / ddp.step_s)
+    assert "(96%) of the" in text and "at 2.04x the all-reduce's time per byte it would explain all" in text
+    assert "at 2.0x" not in text
+
+
 def test_digits_prints_edge_and_interval_to_four_decimals_only_where_two_read_alike():
     ddp = SimpleNamespace(step_s=72.8e-3, update_s=0.0)
     e = vzero.stage_edge(1, ddp, 0, 2 * 0.0177 * 72.8e-3, 0.0, 2)  # edge 1.0177x
